@@ -1,0 +1,1 @@
+"""EntroDrop: entropy-guided token dropout for multi-epoch continual pre-training."""

@@ -1,0 +1,191 @@
+"""Read and write Hugging Face checkpoint directories for the models the recipes train.
+
+:class:`HFCheckpointer` follows torchtune's checkpointer protocol (``load_checkpoint()``
+returns ``{"model": state_dict}`` in torchtune keys), so a recipe instantiates it from YAML
+like any torchtune checkpointer. It exists because torchtune 0.6.1's
+``FullModelHFCheckpointer`` hard-codes its model families (no Qwen3) and writes checkpoints
+in place, where a run killed mid-save leaves a directory that looks whole but is not.
+Here a save goes to a temporary directory that is renamed into place once complete.
+"""
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Tuple
+
+import torch
+from safetensors.torch import load_file, save_file
+from torchtune.models import convert_weights
+
+from entrodrop.models.qwen3 import qwen3_hf_to_tune, qwen3_tune_to_hf
+
+StateDict = Dict[str, torch.Tensor]
+
+INDEX_FNAME = "model.safetensors.index.json"
+SINGLE_FNAME = "model.safetensors"
+# Weight files are rewritten on save; every other file of the source directory
+# (config.json, tokenizer files, generation_config.json...) is copied along.
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+
+
+def _llama3_hf_to_tune(state_dict: StateDict, config: dict) -> StateDict:
+    if config.get("tie_word_embeddings", False):
+        state_dict = {k: v for k, v in state_dict.items() if k != "lm_head.weight"}
+    return convert_weights.hf_to_tune(
+        state_dict,
+        num_heads=config["num_attention_heads"],
+        num_kv_heads=config["num_key_value_heads"],
+        dim=config["hidden_size"],
+        head_dim=config.get("head_dim"),
+    )
+
+
+def _llama3_tune_to_hf(state_dict: StateDict, config: dict) -> StateDict:
+    return convert_weights.tune_to_hf(
+        state_dict,
+        num_heads=config["num_attention_heads"],
+        num_kv_heads=config["num_key_value_heads"],
+        dim=config["hidden_size"],
+        head_dim=config.get("head_dim"),
+    )
+
+
+# model_type -> (Hugging Face to torchtune, torchtune to Hugging Face); each takes the
+# state dict and the checkpoint's config.json.
+CONVERTERS: Dict[str, Tuple[Callable, Callable]] = {
+    "QWEN3": (
+        lambda sd, cfg: qwen3_hf_to_tune(sd, tie_word_embeddings=cfg["tie_word_embeddings"]),
+        lambda sd, cfg: qwen3_tune_to_hf(sd),
+    ),
+    "LLAMA3": (_llama3_hf_to_tune, _llama3_tune_to_hf),
+}
+
+
+def find_weight_files(checkpoint_dir: Path) -> List[str]:
+    """The safetensors files of a Hugging Face directory: from its index, else ``model.safetensors``."""
+    index = checkpoint_dir / INDEX_FNAME
+    if index.exists():
+        weight_map = json.loads(index.read_text())["weight_map"]
+        return sorted(set(weight_map.values()))
+    if (checkpoint_dir / SINGLE_FNAME).exists():
+        return [SINGLE_FNAME]
+    raise FileNotFoundError(
+        f"{checkpoint_dir} has neither {INDEX_FNAME} nor {SINGLE_FNAME}: "
+        "is it a Hugging Face checkpoint directory?"
+    )
+
+
+class HFCheckpointer:
+    """Loads a Hugging Face checkpoint directory into torchtune keys and saves it back.
+
+    Args:
+        checkpoint_dir (str): directory with ``config.json`` and safetensors weights, one file
+            or several with ``model.safetensors.index.json`` (what ``tune download`` creates).
+        model_type (str): ``QWEN3`` or ``LLAMA3`` (Llama3.1 uses torchtune's own conversion).
+        output_dir (str): where :meth:`save_checkpoint` writes.
+        checkpoint_files (Optional[List[str]]): weight files to read; found from the index
+            (or ``model.safetensors``) if None.
+
+    Raises:
+        ValueError: unknown ``model_type``, or ``output_dir`` inside ``checkpoint_dir``.
+        FileNotFoundError: a missing ``config.json`` or weight file.
+    """
+
+    def __init__(
+        self,
+        checkpoint_dir: str,
+        model_type: str,
+        output_dir: str,
+        checkpoint_files: Optional[List[str]] = None,
+    ) -> None:
+        if model_type not in CONVERTERS:
+            raise ValueError(
+                f"checkpointer.model_type={model_type!r} is not one of {sorted(CONVERTERS)}"
+            )
+        self._checkpoint_dir = Path(checkpoint_dir)
+        self._output_dir = Path(output_dir)
+        if self._checkpoint_dir.resolve() in [self._output_dir.resolve(), *self._output_dir.resolve().parents]:
+            raise ValueError(
+                f"checkpointer.output_dir={output_dir} is inside checkpoint_dir={checkpoint_dir}; "
+                "saving there would mix trained weights with the base model's"
+            )
+        config_path = self._checkpoint_dir / "config.json"
+        if not config_path.exists():
+            raise FileNotFoundError(
+                f"{config_path} is missing: checkpointer.checkpoint_dir must be a Hugging Face "
+                "model directory (e.g. one created by `tune download`)"
+            )
+        self.config = json.loads(config_path.read_text())
+        self._hf_to_tune, self._tune_to_hf = CONVERTERS[model_type]
+        self._files = checkpoint_files or find_weight_files(self._checkpoint_dir)
+        missing = [f for f in self._files if not (self._checkpoint_dir / f).exists()]
+        if missing:
+            raise FileNotFoundError(f"weight files missing from {checkpoint_dir}: {missing}")
+        # Which file each Hugging Face key came from, so a save keeps the same split.
+        self._weight_map: Dict[str, str] = {}
+
+    def load_checkpoint(self) -> Dict[str, StateDict]:
+        """Read every weight file and return ``{"model": state_dict}`` in torchtune keys."""
+        merged: StateDict = {}
+        for fname in self._files:
+            shard = load_file(self._checkpoint_dir / fname)
+            self._weight_map.update({key: fname for key in shard})
+            merged.update(shard)
+        return {"model": self._hf_to_tune(merged, self.config)}
+
+    def save_checkpoint(self, state_dict: Dict[str, StateDict], name: str) -> Path:
+        """Write ``state_dict["model"]`` as a Hugging Face directory ``output_dir/name``.
+
+        The directory is built under a temporary name and renamed into place, so a reader
+        never sees a partial checkpoint; an existing ``name`` is replaced only once the new
+        one is complete. Non-weight files of the source directory (``config.json``,
+        tokenizer files) are copied along, so the result loads in transformers as is.
+
+        Returns:
+            Path: the written directory.
+        """
+        hf_state = {k: v.contiguous() for k, v in self._tune_to_hf(state_dict["model"], self.config).items()}
+        shards: Dict[str, StateDict] = {}
+        for key, value in hf_state.items():
+            shards.setdefault(self._weight_map.get(key, SINGLE_FNAME), {})[key] = value
+
+        self._output_dir.mkdir(parents=True, exist_ok=True)
+        final = self._output_dir / name
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=self._output_dir))
+        try:
+            for src in self._checkpoint_dir.iterdir():
+                if src.is_file() and src.suffix not in _WEIGHT_SUFFIXES and src.name != INDEX_FNAME:
+                    shutil.copy2(src, tmp / src.name)
+            if len(shards) == 1:
+                save_file(next(iter(shards.values())), tmp / SINGLE_FNAME, metadata={"format": "pt"})
+            else:
+                names = {
+                    old: f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+                    for i, old in enumerate(sorted(shards))
+                }
+                for old, tensors in shards.items():
+                    save_file(tensors, tmp / names[old], metadata={"format": "pt"})
+                index = {
+                    "metadata": {"total_size": sum(v.numel() * v.element_size() for v in hf_state.values())},
+                    "weight_map": {k: names[old] for old, sd in shards.items() for k in sd},
+                }
+                (tmp / INDEX_FNAME).write_text(json.dumps(index, indent=2))
+            _replace_dir(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return final
+
+
+def _replace_dir(src: Path, dst: Path) -> None:
+    """Move the finished directory ``src`` to ``dst``; an old ``dst`` goes only after."""
+    if dst.exists():
+        old = dst.with_name(f".{dst.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(dst, old)
+        os.replace(src, dst)
+        shutil.rmtree(old)
+    else:
+        os.replace(src, dst)

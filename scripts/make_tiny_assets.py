@@ -1,0 +1,144 @@
+"""Build the tiny offline assets the tests and the demo load, since nothing can come from a hub.
+
+    python scripts/make_tiny_assets.py --out assets/tiny
+
+writes
+
+    tokenizer/   a byte-level BPE in Qwen's format (vocab.json + merges.txt, and tokenizer.json
+                 for the Hugging Face side), trained on real text that ships with Python:
+                 the standard library's source and the prose of its pydoc topics
+    qwen3/       a tiny Qwen3 (tied embeddings, head_dim != embed_dim / num_heads, GQA) as a
+                 Hugging Face checkpoint: config.json, model.safetensors, tokenizer files
+    llama3_1/    a tiny Llama3.1 (llama3 rope scaling, untied) as a Hugging Face checkpoint
+    sample.txt   a slice of real text for smoke runs
+
+The model hyper-parameters below are repeated in configs/tiny/*.yaml; the recipes check the
+YAML against each config.json when they load, so the two cannot drift apart silently.
+Running it again with the same Python gives the same files.
+"""
+
+import argparse
+import json
+import pydoc_data.topics
+import sysconfig
+from pathlib import Path
+from typing import Iterator, List
+
+import torch
+from safetensors.torch import save_file
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from torch import nn
+from torchtune.models.llama3_1 import llama3_1
+from torchtune.models.qwen2._tokenizer import PRETOKENIZE_REGEX
+
+from entrodrop.checkpointing import CONVERTERS
+from entrodrop.models.hf_config import hf_config
+from entrodrop.models.qwen3 import QWEN3_SPECIAL_TOKENS, qwen3
+
+BPE_VOCAB_SIZE = 2048
+# Special tokens follow the BPE vocabulary in Qwen3's order; the embedding is padded to a
+# multiple of 64 as Qwen pads 151,669 tokens to 151,936.
+NUM_SPECIAL = len(QWEN3_SPECIAL_TOKENS)
+VOCAB_SIZE = -(-(BPE_VOCAB_SIZE + NUM_SPECIAL) // 64) * 64
+
+TINY_QWEN3 = dict(
+    vocab_size=VOCAB_SIZE, num_layers=2, num_heads=4, num_kv_heads=2, embed_dim=64,
+    intermediate_dim=192, max_seq_len=2048, head_dim=32, norm_eps=1e-6, rope_base=1_000_000.0,
+    tie_word_embeddings=True,
+)
+TINY_LLAMA3_1 = dict(
+    vocab_size=VOCAB_SIZE, num_layers=2, num_heads=4, num_kv_heads=2, embed_dim=64,
+    intermediate_dim=192, max_seq_len=131_072, norm_eps=1e-5, rope_base=500_000, scale_factor=8,
+)
+CORPUS_CHARS = 4_000_000
+
+
+def python_source_files() -> List[Path]:
+    """The standard library's own .py files, sorted so every run reads them in one order."""
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    return sorted(p for p in stdlib.glob("*.py") if p.is_file())
+
+
+def corpus(max_chars: int) -> Iterator[str]:
+    """Real text available offline: pydoc's English topic pages, then stdlib source."""
+    budget = max_chars
+    texts = [*pydoc_data.topics.topics.values()]
+    texts += [p.read_text(encoding="utf-8", errors="replace") for p in python_source_files()]
+    for text in texts:
+        if budget <= 0:
+            return
+        yield text[:budget]
+        budget -= len(text)
+
+
+def train_tokenizer(out: Path) -> None:
+    """Byte-level BPE with Qwen2's pre-tokenizer, saved in Qwen's vocab.json + merges.txt format."""
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=BPE_VOCAB_SIZE,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(corpus(CORPUS_CHARS), trainer)
+    special = sorted(QWEN3_SPECIAL_TOKENS, key=QWEN3_SPECIAL_TOKENS.get)
+    tok.add_special_tokens(special)
+    out.mkdir(parents=True, exist_ok=True)
+    tok.model.save(str(out))
+    tok.save(str(out / "tokenizer.json"))
+    (out / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "Qwen2Tokenizer", "eos_token": "<|endoftext|>",
+        "pad_token": "<|endoftext|>", "model_max_length": TINY_QWEN3["max_seq_len"],
+    }, indent=2))
+
+
+def init_weights(model: nn.Module, seed: int) -> None:
+    """Normal(0, 0.02) for every matrix, ones for norm scales, as Hugging Face initialises."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("scale"):
+                param.fill_(1.0)
+            else:
+                param.copy_(torch.randn(param.shape, generator=gen) * 0.02)
+
+
+def write_model(out: Path, model_type: str, builder_args: dict, model: nn.Module, tokenizer_dir: Path) -> None:
+    """Write ``model`` as a Hugging Face checkpoint directory, tokenizer files alongside."""
+    out.mkdir(parents=True, exist_ok=True)
+    special = json.loads((tokenizer_dir / "tokenizer.json").read_text())["added_tokens"]
+    ids = {t["content"]: t["id"] for t in special}
+    config = hf_config(
+        model_type, builder_args, torch_dtype="float32",
+        bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|endoftext|>"],
+    )
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    to_hf = CONVERTERS[model_type][1]
+    hf_state = {k: v.contiguous() for k, v in to_hf(model.state_dict(), config).items()}
+    save_file(hf_state, out / "model.safetensors", metadata={"format": "pt"})
+    for f in tokenizer_dir.iterdir():
+        (out / f.name).write_bytes(f.read_bytes())
+
+
+def main(out: Path) -> None:
+    tokenizer_dir = out / "tokenizer"
+    train_tokenizer(tokenizer_dir)
+    init_weights(model := qwen3(**TINY_QWEN3), seed=0)
+    write_model(out / "qwen3", "QWEN3", TINY_QWEN3, model, tokenizer_dir)
+    init_weights(model := llama3_1(**TINY_LLAMA3_1), seed=1)
+    write_model(out / "llama3_1", "LLAMA3", TINY_LLAMA3_1, model, tokenizer_dir)
+    # A held-out slice: the last stdlib files, which the tokenizer's budget did not reach.
+    sample = "\n".join(p.read_text(encoding="utf-8") for p in python_source_files()[-3:])
+    (out / "sample.txt").write_text(sample[:20_000], encoding="utf-8")
+    print(f"tiny assets written to {out}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("assets/tiny"))
+    main(parser.parse_args().out)

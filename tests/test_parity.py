@@ -1,0 +1,130 @@
+"""Our models, loaded from checkpoints that transformers wrote, give transformers' logits.
+
+Every weight, RMSNorm scales included, is perturbed away from its initial value: with unit
+norm scales, Qwen3's q/k norm commutes with the rotary embedding (a rotation keeps the RMS),
+and a norm applied after RoPE would pass unnoticed.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from torchtune.models.llama3_1 import llama3_1
+
+from entrodrop.checkpointing import HFCheckpointer, find_weight_files
+from entrodrop.models.hf_config import check_matches_checkpoint
+from entrodrop.models.qwen3 import qwen3
+
+transformers = pytest.importorskip("transformers")
+
+VOCAB = 256
+LLAMA3_ROPE_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                       "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+
+
+def random_reference(model_cls, config, seed: int):
+    torch.manual_seed(seed)
+    model = model_cls(config).eval()
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn_like(param) * 0.05)
+    return model
+
+
+def hf_weights(directory: Path) -> dict:
+    return {k: v for f in find_weight_files(directory) for k, v in load_file(directory / f).items()}
+
+
+QWEN3_CASES = {
+    # name: (tied, num_kv_heads, head_dim, max_shard_size)
+    "tied-gqa-wide-heads": (True, 2, 32, None),
+    "untied-mha": (False, 4, 16, None),
+    "tied-gqa-sharded": (True, 1, 24, "60KB"),
+}
+
+
+@pytest.mark.parametrize("case", QWEN3_CASES)
+def test_qwen3_matches_transformers_and_round_trips(case, tmp_path):
+    tied, num_kv_heads, head_dim, shard = QWEN3_CASES[case]
+    args = dict(vocab_size=VOCAB, num_layers=2, num_heads=4, num_kv_heads=num_kv_heads,
+                embed_dim=64, intermediate_dim=96, max_seq_len=512, head_dim=head_dim,
+                norm_eps=1e-6, rope_base=1_000_000.0, tie_word_embeddings=tied)
+    config = transformers.Qwen3Config(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=num_kv_heads, head_dim=head_dim,
+        max_position_embeddings=512, rms_norm_eps=1e-6, rope_theta=1_000_000.0,
+        tie_word_embeddings=tied,
+    )
+    reference = random_reference(transformers.Qwen3ForCausalLM, config, seed=len(case))
+    src = tmp_path / "hf"
+    reference.save_pretrained(src, **({"max_shard_size": shard} if shard else {}))
+    if shard:
+        assert len(find_weight_files(src)) > 1, "the case meant to test several shards has one"
+
+    checkpointer = HFCheckpointer(str(src), "QWEN3", str(tmp_path / "out"))
+    model = qwen3(**args).eval()
+    check_matches_checkpoint(model, checkpointer.config, "config.json")
+    model.load_state_dict(checkpointer.load_checkpoint()["model"], strict=True)
+
+    tokens = torch.randint(0, VOCAB, (2, 48), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(model(tokens), reference(tokens).logits, atol=1e-4, rtol=0)
+
+    saved = checkpointer.save_checkpoint({"model": model.state_dict()}, "step_1")
+    original, written = hf_weights(src), hf_weights(saved)
+    assert written.keys() == original.keys()
+    for key in original:
+        assert torch.equal(written[key], original[key]), key
+    assert json.loads((saved / "config.json").read_text()) == json.loads((src / "config.json").read_text())
+    assert len(find_weight_files(saved)) == len(find_weight_files(src))
+
+    reloaded = transformers.Qwen3ForCausalLM.from_pretrained(saved).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(tokens).logits, reference(tokens).logits, atol=0, rtol=0)
+
+
+def test_llama3_1_matches_transformers_and_round_trips(tmp_path):
+    config = transformers.LlamaConfig(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=131_072,
+        rms_norm_eps=1e-5, rope_theta=500_000.0, rope_scaling=LLAMA3_ROPE_SCALING,
+        tie_word_embeddings=False,
+    )
+    reference = random_reference(transformers.LlamaForCausalLM, config, seed=7)
+    src = tmp_path / "hf"
+    reference.save_pretrained(src)
+
+    checkpointer = HFCheckpointer(str(src), "LLAMA3", str(tmp_path / "out"))
+    model = llama3_1(vocab_size=VOCAB, num_layers=2, num_heads=4, num_kv_heads=2, embed_dim=64,
+                     intermediate_dim=96, max_seq_len=131_072, norm_eps=1e-5,
+                     rope_base=500_000, scale_factor=8).eval()
+    check_matches_checkpoint(model, checkpointer.config, "config.json")
+    model.load_state_dict(checkpointer.load_checkpoint()["model"], strict=True)
+
+    tokens = torch.randint(0, VOCAB, (2, 48), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(model(tokens), reference(tokens).logits, atol=1e-4, rtol=0)
+
+    saved = checkpointer.save_checkpoint({"model": model.state_dict()}, "step_1")
+    original, written = hf_weights(src), hf_weights(saved)
+    assert written.keys() == original.keys()
+    for key in original:
+        assert torch.equal(written[key], original[key]), key
+
+
+@pytest.mark.parametrize("name, model_cls", [("qwen3", "Qwen3ForCausalLM"), ("llama3_1", "LlamaForCausalLM")])
+def test_tiny_assets_load_in_transformers_with_our_logits(tiny_assets, name, model_cls, tmp_path):
+    make_tiny_assets = pytest.importorskip("conftest").load_script("make_tiny_assets")
+    build, args, model_type = {
+        "qwen3": (qwen3, make_tiny_assets.TINY_QWEN3, "QWEN3"),
+        "llama3_1": (llama3_1, make_tiny_assets.TINY_LLAMA3_1, "LLAMA3"),
+    }[name]
+    checkpointer = HFCheckpointer(str(tiny_assets / name), model_type, str(tmp_path))
+    model = build(**args).eval()
+    model.load_state_dict(checkpointer.load_checkpoint()["model"], strict=True)
+    reference = getattr(transformers, model_cls).from_pretrained(tiny_assets / name).eval()
+    tokens = torch.randint(0, args["vocab_size"], (1, 64), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        torch.testing.assert_close(model(tokens), reference(tokens).logits, atol=1e-4, rtol=0)
