@@ -6,6 +6,7 @@ scripts/link_repo.py (run by `make`) puts the checkout first. These tests run th
 `tune` executable of this environment in a subprocess, one process and two (gloo).
 """
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -16,6 +17,13 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 TUNE = str(Path(sys.executable).parent / "tune")
+
+
+def test_recipes_resolves_to_this_checkout():
+    origin = importlib.util.find_spec("recipes").origin
+    assert origin == str(REPO / "recipes" / "__init__.py"), (
+        f"`recipes` resolves to {origin}: run `python scripts/link_repo.py` (make does)"
+    )
 
 
 def tune_run(*args: str, nproc: int = 1) -> subprocess.CompletedProcess:
