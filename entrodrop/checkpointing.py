@@ -30,26 +30,24 @@ SINGLE_FNAME = "model.safetensors"
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 
 
+def _attention_shape(config: dict) -> dict:
+    """The arguments torchtune's Llama conversion needs to (un)permute q and k."""
+    return dict(
+        num_heads=config["num_attention_heads"],
+        num_kv_heads=config["num_key_value_heads"],
+        dim=config["hidden_size"],
+        head_dim=config.get("head_dim"),
+    )
+
+
 def _llama3_hf_to_tune(state_dict: StateDict, config: dict) -> StateDict:
     if config.get("tie_word_embeddings", False):
         state_dict = {k: v for k, v in state_dict.items() if k != "lm_head.weight"}
-    return convert_weights.hf_to_tune(
-        state_dict,
-        num_heads=config["num_attention_heads"],
-        num_kv_heads=config["num_key_value_heads"],
-        dim=config["hidden_size"],
-        head_dim=config.get("head_dim"),
-    )
+    return convert_weights.hf_to_tune(state_dict, **_attention_shape(config))
 
 
 def _llama3_tune_to_hf(state_dict: StateDict, config: dict) -> StateDict:
-    return convert_weights.tune_to_hf(
-        state_dict,
-        num_heads=config["num_attention_heads"],
-        num_kv_heads=config["num_key_value_heads"],
-        dim=config["hidden_size"],
-        head_dim=config.get("head_dim"),
-    )
+    return convert_weights.tune_to_hf(state_dict, **_attention_shape(config))
 
 
 # model_type -> (Hugging Face to torchtune, torchtune to Hugging Face); each takes the
