@@ -117,8 +117,8 @@ class HFCheckpointer:
             )
         self.config = json.loads(config_path.read_text())
         self._hf_to_tune, self._tune_to_hf = CONVERTERS[model_type]
-        self._files = checkpoint_files or find_weight_files(self._checkpoint_dir)
-        missing = [f for f in self._files if not (self._checkpoint_dir / f).exists()]
+        self.weight_files = checkpoint_files or find_weight_files(self._checkpoint_dir)
+        missing = [f for f in self.weight_files if not (self._checkpoint_dir / f).exists()]
         if missing:
             raise FileNotFoundError(f"weight files missing from {checkpoint_dir}: {missing}")
         # Which file each Hugging Face key came from, so a save keeps the same split.
@@ -127,7 +127,7 @@ class HFCheckpointer:
     def load_checkpoint(self) -> Dict[str, StateDict]:
         """Read every weight file and return ``{"model": state_dict}`` in torchtune keys."""
         merged: StateDict = {}
-        for fname in self._files:
+        for fname in self.weight_files:
             shard = load_file(self._checkpoint_dir / fname)
             self._weight_map.update({key: fname for key in shard})
             merged.update(shard)

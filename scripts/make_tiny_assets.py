@@ -11,6 +11,8 @@ writes
                  Hugging Face checkpoint: config.json, model.safetensors, tokenizer files
     llama3_1/    a tiny Llama3.1 (llama3 rope scaling, untied) as a Hugging Face checkpoint
     sample.txt   a slice of real text for smoke runs
+    target.jsonl a small target-domain corpus (code: top-level blocks of stdlib modules the
+                 tokenizer did not see), one {"text": ...} record a line
 
 The model hyper-parameters below are repeated in configs/tiny/*.yaml; the recipes check the
 YAML against each config.json when they load, so the two cannot drift apart silently.
@@ -51,6 +53,7 @@ TINY_LLAMA3_1 = dict(
     intermediate_dim=192, max_seq_len=131_072, norm_eps=1e-5, rope_base=500_000, scale_factor=8,
 )
 CORPUS_CHARS = 4_000_000
+TARGET_RECORDS = 64
 
 
 def python_source_files() -> List[Path]:
@@ -132,9 +135,13 @@ def main(out: Path) -> None:
     write_model(out / "qwen3", "QWEN3", TINY_QWEN3, model, tokenizer_dir)
     init_weights(model := llama3_1(**TINY_LLAMA3_1), seed=1)
     write_model(out / "llama3_1", "LLAMA3", TINY_LLAMA3_1, model, tokenizer_dir)
-    # A held-out slice: the last stdlib files, which the tokenizer's budget did not reach.
-    sample = "\n".join(p.read_text(encoding="utf-8") for p in python_source_files()[-3:])
-    (out / "sample.txt").write_text(sample[:20_000], encoding="utf-8")
+    # Held-out text: the last stdlib files, which the tokenizer's budget did not reach.
+    held_out = [p.read_text(encoding="utf-8") for p in python_source_files()[-12:]]
+    (out / "sample.txt").write_text("\n".join(held_out[-3:])[:20_000], encoding="utf-8")
+    blocks = [b.strip() for text in held_out[:-3] for b in text.split("\n\n\n") if len(b.strip()) >= 200]
+    with (out / "target.jsonl").open("w", encoding="utf-8") as f:
+        for block in blocks[:TARGET_RECORDS]:
+            f.write(json.dumps({"text": block[:3000]}) + "\n")
     print(f"tiny assets written to {out}")
 
 

@@ -1,15 +1,20 @@
-"""Shared fixtures: the repository root and the tiny offline assets."""
+"""Shared fixtures: the repository root, the tiny offline assets, and the real `tune` CLI."""
 
 import importlib.util
+import os
+import subprocess
+import sys
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "assets" / "tiny"
+TUNE = str(Path(sys.executable).parent / "tune")
 
 
-def load_script(name: str):
+def _load_script(name: str):
     """Import ``scripts/<name>.py`` as a module (scripts are not a package)."""
     spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
@@ -18,9 +23,28 @@ def load_script(name: str):
 
 
 @pytest.fixture(scope="session")
-def tiny_assets() -> Path:
+def make_tiny_assets():
+    """The module scripts/make_tiny_assets.py (its hyper-parameters and builders)."""
+    return _load_script("make_tiny_assets")
+
+
+@pytest.fixture(scope="session")
+def tiny_assets(make_tiny_assets) -> Path:
     """``assets/tiny``, built by scripts/make_tiny_assets.py if `make` has not built it."""
     if not (TINY / ".built").exists():
-        load_script("make_tiny_assets").main(TINY)
+        make_tiny_assets.main(TINY)
         (TINY / ".built").touch()
     return TINY
+
+
+@pytest.fixture(scope="session")
+def tune_run() -> Callable[..., subprocess.CompletedProcess]:
+    """Run the real ``tune run [--nproc_per_node N] <args>`` from the repository root."""
+
+    def run(*args: str, nproc: int = 1, timeout: float = 600) -> subprocess.CompletedProcess:
+        launcher = ["--nproc_per_node", str(nproc)] if nproc > 1 else []
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        return subprocess.run([TUNE, "run", *launcher, *args], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=timeout)
+
+    return run

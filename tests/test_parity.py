@@ -104,8 +104,7 @@ def test_llama3_1_matches_transformers_and_round_trips(tmp_path):
 
 
 @pytest.mark.parametrize("name, model_cls", [("qwen3", "Qwen3ForCausalLM"), ("llama3_1", "LlamaForCausalLM")])
-def test_tiny_assets_load_in_transformers_with_our_logits(tiny_assets, name, model_cls, tmp_path):
-    make_tiny_assets = pytest.importorskip("conftest").load_script("make_tiny_assets")
+def test_tiny_assets_load_in_transformers_with_our_logits(tiny_assets, make_tiny_assets, name, model_cls, tmp_path):
     build, args, model_type = {
         "qwen3": (qwen3, make_tiny_assets.TINY_QWEN3, "QWEN3"),
         "llama3_1": (llama3_1, make_tiny_assets.TINY_LLAMA3_1, "LLAMA3"),

@@ -8,15 +8,11 @@ scripts/link_repo.py (run by `make`) puts the checkout first. These tests run th
 
 import importlib.util
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-TUNE = str(Path(sys.executable).parent / "tune")
 
 
 def test_recipes_resolves_to_this_checkout():
@@ -26,24 +22,17 @@ def test_recipes_resolves_to_this_checkout():
     )
 
 
-def tune_run(*args: str, nproc: int = 1) -> subprocess.CompletedProcess:
-    launcher = ["--nproc_per_node", str(nproc)] if nproc > 1 else []
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run([TUNE, "run", *launcher, *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=600)
-
-
-def smoke(config: str, output_dir: Path, nproc: int) -> dict:
+def smoke(tune_run, config: str, output_dir: Path, nproc: int) -> dict:
     result = tune_run("recipes/smoke.py", "--config", config, f"output_dir={output_dir}", nproc=nproc)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads((output_dir / "smoke.json").read_text())
 
 
 @pytest.mark.parametrize("name", ["qwen3", "llama3_1"])
-def test_one_and_two_processes_give_the_same_loss(tiny_assets, tmp_path, name):
+def test_one_and_two_processes_give_the_same_loss(tiny_assets, tune_run, tmp_path, name):
     config = f"configs/tiny/{name}_smoke.yaml"
-    single = smoke(config, tmp_path / "one", nproc=1)
-    sharded = smoke(config, tmp_path / "two", nproc=2)
+    single = smoke(tune_run, config, tmp_path / "one", nproc=1)
+    sharded = smoke(tune_run, config, tmp_path / "two", nproc=2)
     assert (single["processes"], sharded["processes"]) == (1, 2)
     assert single["tokens"] == sharded["tokens"] == 8 * 127
     # A random tiny model is close to uniform over its 2,112 tokens: ln(2112) = 7.66.
@@ -51,7 +40,7 @@ def test_one_and_two_processes_give_the_same_loss(tiny_assets, tmp_path, name):
     assert sharded["loss"] == pytest.approx(single["loss"], rel=1e-5)
 
 
-def test_a_config_that_does_not_match_the_checkpoint_fails_clearly(tiny_assets, tmp_path):
+def test_a_config_that_does_not_match_the_checkpoint_fails_clearly(tiny_assets, tune_run, tmp_path):
     result = tune_run("recipes/smoke.py", "--config", "configs/tiny/qwen3_smoke.yaml",
                       f"output_dir={tmp_path}", "model.head_dim=16")
     assert result.returncode != 0

@@ -1,0 +1,68 @@
+"""How a target-domain record becomes the token ids that both the entropy precompute and
+the training loader see. Both call these two functions, so the cached entropies line up
+with the training tokens by construction; the cache also stores each sample's length and
+token hash so that a drift is caught rather than trusted.
+
+A corpus is a JSON-lines file, one record per line with a text field. Sample ``i`` is
+line ``i``; an empty or whitespace-only text is an empty sample (no tokens), kept so that
+ids stay line numbers.
+"""
+
+import hashlib
+import json
+from pathlib import Path
+from typing import List, Sequence
+
+import numpy as np
+
+
+class CorpusError(ValueError):
+    """A corpus file that cannot be read as JSON lines with a text field."""
+
+
+def read_texts(path: str, text_field: str) -> List[str]:
+    """The text of every line of a JSON-lines file.
+
+    Bytes that are not UTF-8 become U+FFFD rather than failing the whole corpus.
+
+    Raises:
+        FileNotFoundError: no such file.
+        CorpusError: a line that is not a JSON object with a string ``text_field``,
+            named by file and line number.
+    """
+    file = Path(path)
+    if not file.is_file():
+        raise FileNotFoundError(f"corpus file {path} does not exist")
+    texts = []
+    with file.open("rb") as f:
+        for line_no, raw in enumerate(f, start=1):
+            line = raw.decode("utf-8", errors="replace")
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise CorpusError(f"{path}:{line_no}: not valid JSON ({e.msg})") from None
+            if not isinstance(record, dict) or not isinstance(record.get(text_field), str):
+                raise CorpusError(f"{path}:{line_no}: expected an object with a string field {text_field!r}")
+            texts.append(record[text_field])
+    return texts
+
+
+def tokenize_sample(tokenizer, text: str, max_seq_len: int) -> List[int]:
+    """Token ids of one record: BOS/EOS as the tokenizer defines them, cut to ``max_seq_len``.
+
+    An empty or whitespace-only text gives no tokens.
+    """
+    if not text.strip():
+        return []
+    return tokenizer.encode(text, add_bos=True, add_eos=True)[:max_seq_len]
+
+
+def token_hash(ids: Sequence[int]) -> int:
+    """A 64-bit hash of a sample's token ids, stored in the entropy cache to catch drift."""
+    data = np.asarray(ids, dtype=np.int64).tobytes()
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+
+
+def tokenize_corpus(tokenizer, path: str, text_field: str, max_seq_len: int) -> List[List[int]]:
+    """``tokenize_sample`` of every record of a JSON-lines corpus, in line order."""
+    return [tokenize_sample(tokenizer, text, max_seq_len) for text in read_texts(path, text_field)]

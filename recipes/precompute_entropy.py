@@ -1,0 +1,137 @@
+"""Precompute each target token's contextual entropy under the base model, once.
+
+    tune run recipes/precompute_entropy.py --config configs/tiny/qwen3_precompute_entropy.yaml
+    tune run --nproc_per_node 2 recipes/precompute_entropy.py --config <same>
+
+The target corpus is tokenized exactly as the training loader tokenizes it
+(``entrodrop.corpus``), the entropies are computed with the output projection applied in
+chunks of tokens (memory independent of batch x sequence x vocabulary), and written to a
+sharded fp16 cache (``entrodrop.entropy_cache``). Several processes each hold a full copy
+of the model and take every N-th pending shard; a shard's batches do not depend on how
+many processes run, so the cache is the same. A run that is killed keeps its finished
+shards; running the same command again computes the rest.
+"""
+
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from omegaconf import DictConfig, OmegaConf
+from torchtune import config, training, utils
+from tqdm import tqdm
+
+from entrodrop.corpus import tokenize_corpus
+from entrodrop.entropy import logits_entropy, sample_entropies
+from entrodrop.entropy_cache import EntropyCacheWriter, cache_key, sample_table
+from entrodrop.models.hf_config import check_matches_checkpoint
+
+log = utils.get_logger("INFO")
+
+
+class PrecomputeEntropyRecipe:
+    """Tokenize the corpus, open or resume the cache, and fill this process's shards."""
+
+    def __init__(self, cfg: DictConfig) -> None:
+        problems = [
+            f"{key}={cfg[key]} must be a positive integer"
+            for key in ("max_seq_len", "batch_size", "chunk_size", "samples_per_shard")
+            if not (isinstance(cfg[key], int) and cfg[key] > 0)
+        ]
+        if problems:
+            raise ValueError("invalid precompute config:\n  " + "\n  ".join(problems))
+        self._device = utils.get_device(cfg.device)
+        self._dtype = training.get_dtype(cfg.dtype, device=self._device)
+        self._distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
+        if self._distributed:
+            dist.init_process_group("nccl" if self._device.type == "cuda" else "gloo")
+        self._world_size, self._rank = utils.get_world_size_and_rank()
+        self._batch_size = cfg.batch_size
+        self._chunk_size = cfg.chunk_size
+
+    def _barrier(self) -> None:
+        if self._distributed:
+            dist.barrier()
+
+    def setup(self, cfg: DictConfig) -> None:
+        tokenizer = config.instantiate(cfg.tokenizer)
+        self._samples = tokenize_corpus(tokenizer, cfg.dataset.path, cfg.dataset.text_field, cfg.max_seq_len)
+        checkpointer = config.instantiate(cfg.checkpointer)
+        key = cache_key(
+            cfg.checkpointer.checkpoint_dir,
+            checkpointer.weight_files,
+            OmegaConf.to_container(cfg.tokenizer, resolve=True),
+            cfg.dataset.path,
+            cfg.dataset.text_field,
+            cfg.max_seq_len,
+        )
+        table = sample_table(self._samples)
+        # One process creates (or checks) the manifest before the others read it, and
+        # every process lists the pending shards before any process writes a new one.
+        if self._rank == 0:
+            self._writer = EntropyCacheWriter(cfg.cache_dir, key, table, cfg.samples_per_shard, create=True)
+        self._barrier()
+        if self._rank != 0:
+            self._writer = EntropyCacheWriter(cfg.cache_dir, key, table, cfg.samples_per_shard, create=False)
+        pending = self._writer.pending_shards()
+        self._barrier()
+        self._shards = pending[self._rank :: self._world_size]
+        log.info(
+            f"rank {self._rank}: {len(self._samples)} samples, {int(table['length'].sum())} tokens, "
+            f"{self._writer.num_shards - len(pending)} of {self._writer.num_shards} shards already "
+            f"cached, {len(self._shards)} to compute here"
+        )
+        if not self._shards:
+            return
+        with training.set_default_dtype(self._dtype), self._device:
+            model = config.instantiate(cfg.model)
+        check_matches_checkpoint(model, checkpointer.config, f"{cfg.checkpointer.checkpoint_dir}/config.json")
+        model.load_state_dict(checkpointer.load_checkpoint()["model"], strict=True)
+        self._model = model.eval()
+        self._entropy_fn = torch.compile(logits_entropy) if cfg.compile else logits_entropy
+
+    def run(self) -> None:
+        lengths = [len(s) for s in self._samples]
+        total = sum(lengths[i] for s in self._shards for i in self._writer.shard_samples(s))
+        progress = tqdm(total=total, unit="tok", unit_scale=True, disable=self._rank != 0,
+                        desc=f"entropy ({self._world_size} proc)")
+        start = time.perf_counter()
+        for shard in self._shards:
+            ids = self._writer.shard_samples(shard)
+            # Similar lengths together to waste less on padding; the order is fixed by the
+            # shard alone, so the batches are the same however many processes run.
+            order = sorted((i for i in ids if lengths[i]), key=lambda i: lengths[i])
+            entropies = {}
+            for b in range(0, len(order), self._batch_size):
+                batch = order[b : b + self._batch_size]
+                samples = [torch.tensor(self._samples[i]) for i in batch]
+                for i, h in zip(batch, sample_entropies(self._model, samples, self._chunk_size, self._entropy_fn)):
+                    entropies[i] = h.numpy()
+                progress.update(sum(lengths[i] for i in batch))
+            self._writer.write_shard(shard, [entropies.get(i, np.zeros(0, np.float32)) for i in ids])
+        progress.close()
+        if self._shards:
+            seconds = time.perf_counter() - start
+            log.info(f"rank {self._rank}: {total} tokens in {seconds:.1f}s ({total / seconds:.0f} tokens/s)")
+        self._barrier()
+        if self._rank == 0:
+            self._writer.finalize()
+            log.info(f"entropy cache complete: {self._writer.dir}")
+
+    def cleanup(self) -> None:
+        if self._distributed:
+            dist.destroy_process_group()
+
+
+@config.parse
+def recipe_main(cfg: DictConfig) -> None:
+    recipe = PrecomputeEntropyRecipe(cfg)
+    recipe.setup(cfg)
+    recipe.run()
+    recipe.cleanup()
+
+
+if __name__ == "__main__":
+    sys.exit(recipe_main())

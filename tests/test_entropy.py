@@ -1,0 +1,96 @@
+"""Token entropy: equal to a full-softmax computation and to transformers' logits, and
+independent of chunk size, batch size and padding."""
+
+import math
+
+import pytest
+import torch
+from torchtune.models.llama3_1 import llama3_1
+
+from entrodrop.checkpointing import HFCheckpointer
+from entrodrop.corpus import tokenize_corpus
+from entrodrop.entropy import entropy_from_hidden, logits_entropy, output_weight, sample_entropies
+from entrodrop.models.qwen3 import qwen3, qwen3_tokenizer
+
+
+def full_softmax_entropy(logits: torch.Tensor) -> torch.Tensor:
+    logp = torch.log_softmax(logits.double(), dim=-1)
+    return -(logp.exp() * logp).sum(-1)
+
+
+def test_logits_entropy_matches_full_softmax_on_peaked_and_flat_rows():
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(6, 1000, generator=gen) * torch.tensor([0.01, 1, 5, 20, 80, 300]).unsqueeze(1)
+    got = logits_entropy(logits.clone())
+    torch.testing.assert_close(got.double(), full_softmax_entropy(logits), atol=1e-4, rtol=0)
+    assert got[0] == pytest.approx(math.log(1000), abs=1e-3) and got[-1] < 0.1
+
+
+def test_entropy_from_hidden_does_not_depend_on_chunk_size():
+    gen = torch.Generator().manual_seed(1)
+    hidden, weight = torch.randn(37, 16, generator=gen), torch.randn(500, 16, generator=gen)
+    expected = full_softmax_entropy(hidden @ weight.T)
+    for chunk in (1, 5, 37, 64):
+        torch.testing.assert_close(entropy_from_hidden(hidden, weight, chunk).double(), expected, atol=1e-4, rtol=0)
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_assets, make_tiny_assets, tmp_path_factory):
+    d = tiny_assets / "qwen3"
+    tokenizer = qwen3_tokenizer(str(d / "vocab.json"), str(d / "merges.txt"), str(d / "tokenizer.json"))
+    samples = tokenize_corpus(tokenizer, str(tiny_assets / "target.jsonl"), "text", max_seq_len=96)[:12]
+    models = {}
+    for name, build, args, model_type in [
+        ("qwen3", qwen3, make_tiny_assets.TINY_QWEN3, "QWEN3"),
+        ("llama3_1", llama3_1, make_tiny_assets.TINY_LLAMA3_1, "LLAMA3"),
+    ]:
+        model = build(**args).eval()
+        out = tmp_path_factory.mktemp(name)
+        model.load_state_dict(HFCheckpointer(str(tiny_assets / name), model_type, str(out)).load_checkpoint()["model"])
+        models[name] = model
+    return [torch.tensor(s) for s in samples], models
+
+
+@pytest.mark.parametrize("name", ["qwen3", "llama3_1"])  # tied and untied output projection
+def test_sample_entropies_match_the_models_own_logits(tiny, name):
+    samples, models = tiny
+    model = models[name]
+    got = sample_entropies(model, samples, chunk_size=7)
+    assert len({len(s) for s in samples}) > 1, "samples of one length would not exercise padding"
+    for ids, h in zip(samples, got):
+        assert h.shape == ids.shape and torch.isnan(h[0]) and not torch.isnan(h[1:]).any()
+        with torch.no_grad():
+            expected = full_softmax_entropy(model(ids.unsqueeze(0))[0, :-1])
+        torch.testing.assert_close(h[1:].double(), expected, atol=1e-4, rtol=0)
+
+
+def test_sample_entropies_match_transformers(tiny, tiny_assets):
+    transformers = pytest.importorskip("transformers")
+    samples, models = tiny
+    reference = transformers.Qwen3ForCausalLM.from_pretrained(tiny_assets / "qwen3").eval()
+    got = sample_entropies(models["qwen3"], samples, chunk_size=64)
+    for ids, h in zip(samples, got):
+        with torch.no_grad():
+            expected = full_softmax_entropy(reference(ids.unsqueeze(0)).logits[0, :-1])
+        torch.testing.assert_close(h[1:].double(), expected, atol=1e-4, rtol=0)
+
+
+def test_batch_size_and_chunk_size_do_not_change_the_result(tiny):
+    samples, models = tiny
+    model = models["qwen3"]
+    one_batch = sample_entropies(model, samples, chunk_size=1000)
+    one_by_one = [sample_entropies(model, [s], chunk_size=3)[0] for s in samples]
+    for a, b in zip(one_batch, one_by_one):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=0, equal_nan=True)
+
+
+def test_output_weight_is_the_embedding_when_tied(tiny):
+    _, models = tiny
+    assert output_weight(models["qwen3"]) is models["qwen3"].tok_embeddings.weight
+    assert output_weight(models["llama3_1"]) is models["llama3_1"].output.weight
+
+
+def test_a_sample_of_one_token_has_only_nan(tiny):
+    _, models = tiny
+    (h,) = sample_entropies(models["qwen3"], [torch.tensor([5])], chunk_size=4)
+    assert h.shape == (1,) and torch.isnan(h).all()

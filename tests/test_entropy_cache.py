@@ -1,0 +1,249 @@
+"""The entropy cache: precompute through the real CLI, resume after SIGKILL, identical with two
+processes, and every kind of mismatch caught with the first differing sample named."""
+
+import json
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from entrodrop.corpus import CorpusError, read_texts, token_hash, tokenize_corpus
+from entrodrop.entropy import sample_entropies
+from entrodrop.entropy_cache import (
+    CacheMismatchError,
+    EntropyCache,
+    EntropyCacheWriter,
+    cache_key,
+    sample_table,
+)
+from entrodrop.models.qwen3 import qwen3_tokenizer
+
+from conftest import REPO, TUNE
+
+CONFIG = "configs/tiny/qwen3_precompute_entropy.yaml"
+
+
+def cache_files(cache_dir: Path) -> dict:
+    return {p.relative_to(cache_dir).as_posix(): p.read_bytes() for p in sorted(cache_dir.rglob("*")) if p.is_file()}
+
+
+def precompute(tune_run, cache_dir: Path, *overrides: str, nproc: int = 1):
+    result = tune_run("recipes/precompute_entropy.py", "--config", CONFIG, f"cache_dir={cache_dir}", *overrides, nproc=nproc)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+@pytest.fixture(scope="module")
+def reference_cache(tiny_assets, tune_run, tmp_path_factory) -> Path:
+    cache_dir = tmp_path_factory.mktemp("cache") / "one"
+    precompute(tune_run, cache_dir)
+    return cache_dir
+
+
+def tiny_tokenizer(tiny_assets):
+    d = tiny_assets / "qwen3"
+    return qwen3_tokenizer(str(d / "vocab.json"), str(d / "merges.txt"), str(d / "tokenizer.json"))
+
+
+def test_cache_holds_the_entropies_of_the_training_tokens(reference_cache, tiny_assets, make_tiny_assets):
+    from entrodrop.checkpointing import HFCheckpointer
+    from entrodrop.models.qwen3 import qwen3
+
+    cache = EntropyCache(str(reference_cache))
+    samples = tokenize_corpus(tiny_tokenizer(tiny_assets), str(tiny_assets / "target.jsonl"), "text", 256)
+    assert len(cache) == len(samples) == 64
+    assert cache.manifest["num_tokens"] == sum(map(len, samples))
+    assert max(map(len, samples)) == 256, "no sample reaches max_seq_len: truncation is untested"
+    model = qwen3(**make_tiny_assets.TINY_QWEN3).eval()
+    model.load_state_dict(HFCheckpointer(str(tiny_assets / "qwen3"), "QWEN3", str(reference_cache)).load_checkpoint()["model"])
+    for i in (0, 17, 63):
+        cache.check_sample(i, samples[i])
+        stored = cache[i]
+        assert stored.dtype == np.float16 and np.isnan(stored[0]) and not np.isnan(stored[1:]).any()
+        (direct,) = sample_entropies(model, [torch.tensor(samples[i])], chunk_size=32)
+        np.testing.assert_allclose(stored[1:].astype(np.float32), direct[1:].numpy(), rtol=1e-3, atol=1e-3)
+    assert isinstance(cache[5], np.memmap) or isinstance(cache[5].base, np.memmap)
+
+
+def test_two_processes_write_the_same_cache_bitwise(reference_cache, tune_run, tmp_path):
+    precompute(tune_run, tmp_path / "two", nproc=2)
+    assert cache_files(tmp_path / "two") == cache_files(reference_cache)
+
+
+def test_killed_precompute_resumes_to_the_same_cache(reference_cache, tiny_assets, tmp_path):
+    # Many one-sample shards so that the run is still going when its first shard lands.
+    cache_dir = tmp_path / "killed"
+    args = [TUNE, "run", "recipes/precompute_entropy.py", "--config", CONFIG, f"cache_dir={cache_dir}",
+            "samples_per_shard=1", "batch_size=1"]
+    proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not (cache_dir / "shard-00000").exists() and time.monotonic() < deadline:
+        time.sleep(0.002)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    manifest = json.loads((cache_dir / "manifest.json").read_text())
+    done = sorted(p.name for p in cache_dir.glob("shard-*"))
+    assert not manifest["complete"] and 1 <= len(done) < 64, done
+    with pytest.raises(CacheMismatchError, match="incomplete"):
+        EntropyCache(str(cache_dir))
+    # A shard half-written when the kill came: never read, removed on resume.
+    (cache_dir / ".shard-00063.tmp-dead").mkdir()
+    (cache_dir / ".shard-00063.tmp-dead" / "entropy.npy").write_bytes(b"partial")
+
+    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"{len(done)} of 64 shards already cached" in proc.stderr
+    resumed = EntropyCache(str(cache_dir))
+    reference = EntropyCache(str(reference_cache))
+    assert not list(cache_dir.glob(".shard-*"))
+    for i in range(len(reference)):
+        assert np.array_equal(resumed[i], reference[i], equal_nan=True)
+
+
+@pytest.fixture(scope="module")
+def key_parts(tiny_assets):
+    from entrodrop.checkpointing import find_weight_files
+
+    tokenizer_cfg = {
+        "_component_": "entrodrop.models.qwen3.qwen3_tokenizer",
+        "path": str(tiny_assets / "qwen3" / "vocab.json"),
+        "merges_file": str(tiny_assets / "qwen3" / "merges.txt"),
+        "special_tokens_path": str(tiny_assets / "qwen3" / "tokenizer.json"),
+        "max_seq_len": None,
+    }
+    return dict(checkpoint_dir=str(tiny_assets / "qwen3"), weight_files=find_weight_files(tiny_assets / "qwen3"),
+                tokenizer_cfg=tokenizer_cfg, corpus_path=str(tiny_assets / "target.jsonl"), text_field="text",
+                max_seq_len=256)
+
+
+def key_and_table(key_parts, tokenizer, **changes):
+    parts = {**key_parts, **changes}
+    samples = tokenize_corpus(tokenizer, parts["corpus_path"], parts["text_field"], parts["max_seq_len"])
+    return cache_key(**parts), sample_table(samples)
+
+
+def test_the_unchanged_setting_verifies(reference_cache, key_parts, tiny_assets):
+    EntropyCache(str(reference_cache)).verify(*key_and_table(key_parts, tiny_tokenizer(tiny_assets)))
+
+
+def test_edited_corpus_names_the_first_differing_sample(reference_cache, key_parts, tiny_assets, tmp_path):
+    lines = (tiny_assets / "target.jsonl").read_text().splitlines()
+    record = json.loads(lines[9])
+    record["text"] = record["text"].replace("def ", "def  ", 1) if "def " in record["text"] else record["text"] + "!"
+    lines[9] = json.dumps(record)
+    edited = tmp_path / "edited.jsonl"
+    edited.write_text("\n".join(lines) + "\n")
+    with pytest.raises(CacheMismatchError) as err:
+        EntropyCache(str(reference_cache)).verify(*key_and_table(key_parts, tiny_tokenizer(tiny_assets), corpus_path=str(edited)))
+    assert "corpus: cache has" in str(err.value) and "first sample that differs: sample 9" in str(err.value)
+
+
+def test_other_max_seq_len_names_the_first_truncated_sample(reference_cache, key_parts, tiny_assets):
+    tokenizer = tiny_tokenizer(tiny_assets)
+    samples = tokenize_corpus(tokenizer, key_parts["corpus_path"], "text", 256)
+    first_long = next(i for i, s in enumerate(samples) if len(s) > 200)
+    with pytest.raises(CacheMismatchError) as err:
+        EntropyCache(str(reference_cache)).verify(*key_and_table(key_parts, tokenizer, max_seq_len=200))
+    assert "max_seq_len: cache has 256, now 200" in str(err.value)
+    assert f"first sample that differs: sample {first_long}: 256 tokens in the cache, 200 now" in str(err.value)
+
+
+def test_other_tokenizer_is_caught(reference_cache, key_parts, tiny_assets, tmp_path):
+    # The same files with another end-of-document token: the last id of every sample that
+    # max_seq_len did not cut changes.
+    tokenizer = qwen3_tokenizer(key_parts["tokenizer_cfg"]["path"], key_parts["tokenizer_cfg"]["merges_file"],
+                                key_parts["tokenizer_cfg"]["special_tokens_path"], eos_token="<|im_end|>")
+    cfg = {**key_parts["tokenizer_cfg"], "eos_token": "<|im_end|>"}
+    with pytest.raises(CacheMismatchError) as err:
+        EntropyCache(str(reference_cache)).verify(*key_and_table(key_parts, tokenizer, tokenizer_cfg=cfg))
+    first_uncut = next(i for i, s in enumerate(EntropyCache(str(reference_cache)).table) if s["length"] < 256)
+    assert "tokenizer: cache has" in str(err.value)
+    assert f"first sample that differs: sample {first_uncut}: same length" in str(err.value)
+
+
+def test_other_model_is_caught(reference_cache, key_parts, tiny_assets, tmp_path):
+    other = tmp_path / "other_model"
+    shutil.copytree(tiny_assets / "qwen3", other)
+    weights = load_file(other / "model.safetensors")
+    weights["model.norm.weight"] = weights["model.norm.weight"] * 1.01
+    save_file(weights, other / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(CacheMismatchError) as err:
+        EntropyCache(str(reference_cache)).verify(*key_and_table(key_parts, tiny_tokenizer(tiny_assets), checkpoint_dir=str(other)))
+    assert "model: cache has" in str(err.value) and "from sample 0" in str(err.value)
+
+
+def test_verify_command_reports_a_mismatch_and_writes_nothing(reference_cache, tune_run):
+    before = cache_files(reference_cache)
+    ok = tune_run("recipes/verify_entropy_cache.py", "--config", CONFIG, f"cache_dir={reference_cache}")
+    assert ok.returncode == 0 and "matches: 64 samples" in ok.stderr, ok.stderr[-2000:]
+    bad = tune_run("recipes/verify_entropy_cache.py", "--config", CONFIG, f"cache_dir={reference_cache}", "max_seq_len=128")
+    assert bad.returncode != 0 and "max_seq_len: cache has 256, now 128" in bad.stderr
+    assert cache_files(reference_cache) == before
+
+
+def test_precompute_refuses_a_directory_holding_another_cache(reference_cache, tune_run):
+    before = cache_files(reference_cache)
+    result = tune_run("recipes/precompute_entropy.py", "--config", CONFIG, f"cache_dir={reference_cache}", "max_seq_len=128")
+    assert result.returncode != 0 and "already holds an entropy cache of something else" in result.stderr
+    assert cache_files(reference_cache) == before
+
+
+def test_bad_settings_are_reported_together(tune_run, tmp_path):
+    result = tune_run("recipes/precompute_entropy.py", "--config", CONFIG, f"cache_dir={tmp_path}",
+                      "batch_size=0", "chunk_size=-1")
+    assert result.returncode != 0
+    assert "batch_size=0 must be a positive integer" in result.stderr and "chunk_size=-1" in result.stderr
+
+
+def test_check_sample_catches_a_silent_misalignment(reference_cache, tiny_assets):
+    cache = EntropyCache(str(reference_cache))
+    samples = tokenize_corpus(tiny_tokenizer(tiny_assets), str(tiny_assets / "target.jsonl"), "text", 256)
+    with pytest.raises(CacheMismatchError, match="sample 3: cached for"):
+        cache.check_sample(3, samples[4])
+
+
+def test_writer_and_reader_handle_empty_samples(tmp_path):
+    table = sample_table([[1, 2, 3], [], [4]])
+    key = {"model": "m", "tokenizer": "t", "corpus": "c", "max_seq_len": 8}
+    writer = EntropyCacheWriter(str(tmp_path), key, table, samples_per_shard=2, create=True)
+    assert writer.pending_shards() == [0, 1]
+    writer.write_shard(0, [np.array([np.nan, 1.0, 2.0]), np.zeros(0)])
+    with pytest.raises(RuntimeError, match="shards \\[1\\] are missing"):
+        writer.finalize()
+    writer.write_shard(1, [np.array([np.nan])])
+    writer.finalize()
+    cache = EntropyCache(str(tmp_path))
+    assert len(cache[1]) == 0 and cache[0][2] == 2.0 and np.isnan(cache[2][0])
+    with pytest.raises(ValueError, match="do not match the samples"):
+        writer.write_shard(1, [np.array([1.0, 2.0])])
+
+
+def test_missing_cache_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no entropy cache at .*run recipes/precompute_entropy.py"):
+        EntropyCache(str(tmp_path))
+
+
+def test_corpus_errors_name_file_and_line(tmp_path):
+    good, bad_json, no_field = '{"text": "a"}', '{"text": "a"', '{"body": "a"}'
+    for lines, message in [([good, bad_json], ":2: not valid JSON"), ([no_field], ":1: expected an object with a string field 'text'")]:
+        path = tmp_path / "c.jsonl"
+        path.write_text("\n".join(lines) + "\n")
+        with pytest.raises(CorpusError, match=message):
+            read_texts(str(path), "text")
+    with pytest.raises(FileNotFoundError, match="corpus file .*missing.jsonl does not exist"):
+        read_texts(str(tmp_path / "missing.jsonl"), "text")
+
+
+def test_corpus_with_invalid_utf8_and_empty_records(tmp_path, tiny_assets):
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(b'{"text": "caf\xe9 ok"}\n{"text": "   "}\n{"text": "x = 1"}\n')
+    assert read_texts(str(path), "text")[0] == "caf\ufffd ok"
+    samples = tokenize_corpus(tiny_tokenizer(tiny_assets), str(path), "text", 16)
+    assert [len(s) > 0 for s in samples] == [True, False, True]
+    assert token_hash(samples[0]) != token_hash(samples[2])
