@@ -5,7 +5,7 @@ predicts *for* token t, read off the hidden state at position t - 1. The first t
 sample has no context and no entropy: it is NaN, and NaN is never gated for dropout.
 """
 
-from typing import Callable, List
+from typing import Callable, List, Optional, Sequence
 
 import torch
 from torchtune.modules import TiedLinear, TransformerDecoder
@@ -31,53 +31,51 @@ def final_hidden_states(model: TransformerDecoder, tokens: torch.Tensor) -> torc
     return model.norm(h)
 
 
-def logits_entropy(z: torch.Tensor) -> torch.Tensor:
-    """``[n, vocab]`` fp32 logits -> ``[n]`` entropies in nats, in logsumexp form.
-
-    H = m + log s - t / s with m = max_v z_v, s = sum_v exp(z_v - m) and
-    t = sum_v exp(z_v - m) z_v. Eagerly it holds one more ``[n, vocab]`` tensor besides ``z``;
-    under ``torch.compile`` the four reductions fuse and it holds none.
-
-    Example:
-        >>> logits_entropy(torch.zeros(2, 4))  # uniform over 4 tokens: log 4
-        tensor([1.3863, 1.3863])
-    """
-    m = z.amax(dim=-1, keepdim=True)
-    e = (z - m).exp_()
-    s = e.sum(dim=-1)
-    t = e.mul_(z).sum(dim=-1)
-    return m.squeeze(-1) + s.log() - t / s
-
-
-EntropyFn = Callable[[torch.Tensor], torch.Tensor]
-
-
 def entropy_from_hidden(
-    hidden: torch.Tensor, weight: torch.Tensor, chunk_size: int, entropy_fn: EntropyFn = logits_entropy
+    hidden: torch.Tensor, weight: torch.Tensor, chunk_size: int, vocab_chunk_size: int
 ) -> torch.Tensor:
-    """Entropy of ``softmax(hidden @ weight.T)`` for each row, ``chunk_size`` rows at a time.
+    """Entropy of ``softmax(hidden @ weight.T)`` for each row, without a ``[rows, vocab]`` tensor.
 
-    Each chunk's logits are cast to fp32, reduced to entropies and dropped, so nothing of
-    size ``[rows, vocab]`` ever exists.
+    Rows go ``chunk_size`` at a time and, within a chunk, the vocabulary ``vocab_chunk_size``
+    columns at a time, so the largest temporary is ``[chunk_size, vocab_chunk_size]`` fp32
+    whatever the vocabulary. The entropy is taken in logsumexp form with a running maximum
+    (as an online softmax does): over the columns seen so far, with m their largest logit,
+
+        s = sum_v exp(z_v - m),  t = sum_v exp(z_v - m) z_v,  H = m + log s - t / s,
+
+    and when a new column block raises m to m', s and t are both scaled by exp(m - m').
+    Small column blocks stay in cache, which on CPU makes this faster than materializing
+    the chunk's full logits (scripts/bench_entropy.py).
 
     Args:
         hidden (torch.Tensor): ``[n, dim]`` final hidden states.
         weight (torch.Tensor): ``[vocab, dim]`` output projection.
         chunk_size (int): rows per chunk.
-        entropy_fn (EntropyFn): ``logits_entropy`` or a compiled copy of it.
+        vocab_chunk_size (int): vocabulary columns per block.
 
     Returns:
         torch.Tensor: ``[n]`` fp32 entropies in nats.
 
     Example:
         >>> w = torch.zeros(5, 3)  # every logit equal: uniform over 5 tokens
-        >>> entropy_from_hidden(torch.randn(2, 3), w, chunk_size=1)
+        >>> entropy_from_hidden(torch.randn(2, 3), w, chunk_size=1, vocab_chunk_size=2)
         tensor([1.6094, 1.6094])
     """
     out = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
     for start in range(0, hidden.shape[0], chunk_size):
-        logits = (hidden[start : start + chunk_size] @ weight.T).float()
-        out[start : start + chunk_size] = entropy_fn(logits)
+        h = hidden[start : start + chunk_size]
+        m = torch.full((h.shape[0],), float("-inf"), device=h.device)
+        s = torch.zeros(h.shape[0], device=h.device)
+        t = torch.zeros(h.shape[0], device=h.device)
+        for w in weight.split(vocab_chunk_size):
+            z = (h @ w.T).float()
+            m_new = torch.maximum(m, z.amax(dim=-1))
+            rescale = torch.exp(m - m_new)  # 0 for the first block, where m = -inf
+            e = (z - m_new.unsqueeze(-1)).exp_()
+            s = s * rescale + e.sum(dim=-1)
+            t = t * rescale + e.mul_(z).sum(dim=-1)
+            m = m_new
+        out[start : start + chunk_size] = m + s.log() - t / s
     return out
 
 
@@ -86,7 +84,7 @@ def sample_entropies(
     model: TransformerDecoder,
     samples: List[torch.Tensor],
     chunk_size: int,
-    entropy_fn: EntropyFn = logits_entropy,
+    vocab_chunk_size: int,
 ) -> List[torch.Tensor]:
     """Entropy of every token of each sample: ``[L_i]`` fp32, NaN at position 0.
 
@@ -97,7 +95,7 @@ def sample_entropies(
         model (TransformerDecoder): the base model, in eval mode.
         samples (List[torch.Tensor]): 1-D token ids, each of length >= 1.
         chunk_size (int): tokens per output-projection chunk.
-        entropy_fn (EntropyFn): ``logits_entropy`` or a compiled copy of it.
+        vocab_chunk_size (int): vocabulary columns per block.
     """
     device = output_weight(model).device
     lengths = torch.tensor([len(s) for s in samples])
@@ -108,10 +106,36 @@ def sample_entropies(
     hidden = final_hidden_states(model, tokens.to(device))
     # Position t - 1 predicts token t: keep positions 0 .. L_i - 2 of each sample.
     predicts = torch.arange(tokens.shape[1]) < (lengths - 1).unsqueeze(1)
-    flat = entropy_from_hidden(hidden[predicts.to(device)], output_weight(model), chunk_size, entropy_fn).cpu()
+    flat = entropy_from_hidden(hidden[predicts.to(device)], output_weight(model), chunk_size, vocab_chunk_size).cpu()
     result, offset = [], 0
     for length in lengths.tolist():
         first = torch.full((1,), float("nan"))
         result.append(torch.cat([first, flat[offset : offset + length - 1]]))
         offset += length - 1
+    return result
+
+
+def shard_entropies(
+    model: TransformerDecoder,
+    samples: Sequence[Sequence[int]],
+    batch_size: int,
+    chunk_size: int,
+    vocab_chunk_size: int,
+    on_batch: Optional[Callable[[int], None]] = None,
+) -> List[torch.Tensor]:
+    """``sample_entropies`` of a list of samples, ``batch_size`` at a time, in their order.
+
+    Samples are batched by length (less padding); the batches depend on ``samples`` alone,
+    so a shard comes out the same whichever process computes it. Empty samples give empty
+    tensors. ``on_batch`` is called with each batch's token count (for a progress bar).
+    """
+    order = sorted((i for i in range(len(samples)) if len(samples[i])), key=lambda i: len(samples[i]))
+    result = [torch.zeros(0) for _ in samples]
+    for start in range(0, len(order), batch_size):
+        batch = order[start : start + batch_size]
+        entropies = sample_entropies(model, [torch.tensor(samples[i]) for i in batch], chunk_size, vocab_chunk_size)
+        for i, h in zip(batch, entropies):
+            result[i] = h
+        if on_batch is not None:
+            on_batch(sum(len(samples[i]) for i in batch))
     return result

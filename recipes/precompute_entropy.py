@@ -5,7 +5,8 @@
 
 The target corpus is tokenized exactly as the training loader tokenizes it
 (``entrodrop.corpus``), the entropies are computed with the output projection applied in
-chunks of tokens (memory independent of batch x sequence x vocabulary), and written to a
+chunks of tokens and of vocabulary (memory independent of batch x sequence x vocabulary),
+and written to a
 sharded fp16 cache (``entrodrop.entropy_cache``). Several processes each hold a full copy
 of the model and take every N-th pending shard; a shard's batches do not depend on how
 many processes run, so the cache is the same. A run that is killed keeps its finished
@@ -16,7 +17,6 @@ import os
 import sys
 import time
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
@@ -24,7 +24,7 @@ from torchtune import config, training, utils
 from tqdm import tqdm
 
 from entrodrop.corpus import tokenize_corpus
-from entrodrop.entropy import logits_entropy, sample_entropies
+from entrodrop.entropy import shard_entropies
 from entrodrop.entropy_cache import EntropyCacheWriter, cache_key, sample_table
 from entrodrop.models.hf_config import check_matches_checkpoint
 
@@ -37,7 +37,7 @@ class PrecomputeEntropyRecipe:
     def __init__(self, cfg: DictConfig) -> None:
         problems = [
             f"{key}={cfg[key]} must be a positive integer"
-            for key in ("max_seq_len", "batch_size", "chunk_size", "samples_per_shard")
+            for key in ("max_seq_len", "batch_size", "chunk_size", "vocab_chunk_size", "samples_per_shard")
             if not (isinstance(cfg[key], int) and cfg[key] > 0)
         ]
         if problems:
@@ -50,6 +50,7 @@ class PrecomputeEntropyRecipe:
         self._world_size, self._rank = utils.get_world_size_and_rank()
         self._batch_size = cfg.batch_size
         self._chunk_size = cfg.chunk_size
+        self._vocab_chunk_size = cfg.vocab_chunk_size
 
     def _barrier(self) -> None:
         if self._distributed:
@@ -90,7 +91,6 @@ class PrecomputeEntropyRecipe:
         check_matches_checkpoint(model, checkpointer.config, f"{cfg.checkpointer.checkpoint_dir}/config.json")
         model.load_state_dict(checkpointer.load_checkpoint()["model"], strict=True)
         self._model = model.eval()
-        self._entropy_fn = torch.compile(logits_entropy) if cfg.compile else logits_entropy
 
     def run(self) -> None:
         lengths = [len(s) for s in self._samples]
@@ -99,18 +99,10 @@ class PrecomputeEntropyRecipe:
                         desc=f"entropy ({self._world_size} proc)")
         start = time.perf_counter()
         for shard in self._shards:
-            ids = self._writer.shard_samples(shard)
-            # Similar lengths together to waste less on padding; the order is fixed by the
-            # shard alone, so the batches are the same however many processes run.
-            order = sorted((i for i in ids if lengths[i]), key=lambda i: lengths[i])
-            entropies = {}
-            for b in range(0, len(order), self._batch_size):
-                batch = order[b : b + self._batch_size]
-                samples = [torch.tensor(self._samples[i]) for i in batch]
-                for i, h in zip(batch, sample_entropies(self._model, samples, self._chunk_size, self._entropy_fn)):
-                    entropies[i] = h.numpy()
-                progress.update(sum(lengths[i] for i in batch))
-            self._writer.write_shard(shard, [entropies.get(i, np.zeros(0, np.float32)) for i in ids])
+            samples = [self._samples[i] for i in self._writer.shard_samples(shard)]
+            entropies = shard_entropies(self._model, samples, self._batch_size, self._chunk_size,
+                                        self._vocab_chunk_size, on_batch=progress.update)
+            self._writer.write_shard(shard, [h.numpy() for h in entropies])
         progress.close()
         if self._shards:
             seconds = time.perf_counter() - start

@@ -1,0 +1,167 @@
+"""Benchmark the entropy precompute against the work any method must do. Prints a table.
+
+    python scripts/bench_entropy.py [--embed-dim 1024] [--num-samples 32]
+
+The model is a Qwen3 with Qwen3's real vocabulary (151,936) and Qwen3-0.6B's width (1024,
+16 x 128 heads, 8 KV heads) but 2 layers, random weights, loaded from a Hugging Face
+checkpoint through our checkpointer; the samples are the tiny target corpus (`make assets`),
+tokenized with the tiny tokenizer. Each method runs in its own process over the same
+samples in the same batches:
+
+    floor     final hidden states, then the logits chunk by chunk, thrown away
+    naive     full [batch, seq, vocab] fp32 logits, then log_softmax
+    ours      shard_entropies + EntropyCacheWriter, as recipes/precompute_entropy.py does
+              (token chunks x vocabulary blocks, online logsumexp)
+
+Peak memory is the process's peak resident set during the timed pass (the high-water mark
+is reset after loading and warm-up), so it includes the resident model. Targets: ours at
+least 0.9x the floor's tokens/s, at most 1.2x its peak memory.
+"""
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+METHODS = ["floor", "naive", "ours"]
+
+
+def bench_args(embed_dim: int) -> dict:
+    return dict(vocab_size=151_936, num_layers=2, num_heads=16, num_kv_heads=8, embed_dim=embed_dim,
+                intermediate_dim=3 * embed_dim, max_seq_len=4096, head_dim=128, tie_word_embeddings=True)
+
+
+def write_checkpoint(out: Path, embed_dim: int) -> None:
+    from safetensors.torch import save_file
+
+    from entrodrop.checkpointing import CONVERTERS
+    from entrodrop.models.hf_config import hf_config
+    from entrodrop.models.qwen3 import qwen3
+
+    torch.manual_seed(0)
+    args = {**bench_args(embed_dim), "norm_eps": 1e-6, "rope_base": 1e6}
+    model = qwen3(**args)
+    for p in model.parameters():
+        torch.nn.init.normal_(p, std=0.02)
+    config = hf_config("QWEN3", args)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(config))
+    save_file({k: v.contiguous() for k, v in CONVERTERS["QWEN3"][1](model.state_dict(), config).items()},
+              out / "model.safetensors")
+
+
+def reset_peak_rss() -> None:
+    Path("/proc/self/clear_refs").write_text("5")  # Linux: reset VmHWM to the current RSS
+
+
+def peak_rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+def worker(method: str, ckpt: Path, embed_dim: int, num_samples: int, batch_size: int, chunk_size: int,
+           vocab_chunk_size: int) -> dict:
+    from entrodrop.checkpointing import HFCheckpointer
+    from entrodrop.corpus import tokenize_corpus
+    from entrodrop.entropy import final_hidden_states, output_weight, shard_entropies
+    from entrodrop.entropy_cache import EntropyCacheWriter, sample_table
+    from entrodrop.models.qwen3 import qwen3, qwen3_tokenizer
+
+    tiny = REPO / "assets" / "tiny" / "qwen3"
+    tokenizer = qwen3_tokenizer(str(tiny / "vocab.json"), str(tiny / "merges.txt"), str(tiny / "tokenizer.json"))
+    samples = tokenize_corpus(tokenizer, str(REPO / "assets" / "tiny" / "target.jsonl"), "text", 256)[:num_samples]
+    checkpointer = HFCheckpointer(str(ckpt), "QWEN3", tempfile.mkdtemp())
+    model = qwen3(**bench_args(embed_dim)).eval()
+    model.load_state_dict(checkpointer.load_checkpoint()["model"])
+    del checkpointer
+
+    @torch.no_grad()
+    def floor_or_naive(batch_samples, count):
+        lengths = torch.tensor([len(s) for s in batch_samples])
+        order = sorted(range(len(batch_samples)), key=lambda i: lengths[i])
+        for start in range(0, len(order), batch_size):
+            idx = order[start : start + batch_size]
+            tokens = torch.zeros(len(idx), int(lengths[idx].max()), dtype=torch.long)
+            for row, i in enumerate(idx):
+                tokens[row, : lengths[i]] = torch.tensor(batch_samples[i])
+            predicts = torch.arange(tokens.shape[1]) < (lengths[idx] - 1).unsqueeze(1)
+            if method == "floor":
+                hidden = final_hidden_states(model, tokens)[predicts]
+                for c in range(0, hidden.shape[0], chunk_size):
+                    logits = (hidden[c : c + chunk_size] @ output_weight(model).T).float()
+                    del logits  # computed and thrown away: the work any method must do
+            else:
+                logp = torch.log_softmax(model(tokens), dim=-1)
+                _ = -(logp.exp() * logp).sum(-1)[predicts]
+            count(int(lengths[idx].sum()))
+
+    cache_dir = Path(tempfile.mkdtemp())
+
+    def ours(batch_samples, count):
+        writer = EntropyCacheWriter(str(cache_dir / str(time.monotonic_ns())), {"model": "bench"},
+                                    sample_table(batch_samples), len(batch_samples), create=True)
+        entropies = shard_entropies(model, batch_samples, batch_size, chunk_size, vocab_chunk_size, on_batch=count)
+        writer.write_shard(0, [h.numpy() for h in entropies])
+
+    run = ours if method == "ours" else floor_or_naive
+    run(samples[:batch_size], lambda n: None)  # warm-up
+    tokens = []
+    reset_peak_rss()
+    start = time.perf_counter()
+    run(samples, tokens.append)
+    seconds = time.perf_counter() - start
+    return {"method": method, "tokens": sum(tokens), "seconds": seconds, "tokens_per_s": sum(tokens) / seconds,
+            "peak_rss_mib": peak_rss_mib()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--embed-dim", type=int, default=1024)
+    parser.add_argument("--num-samples", type=int, default=32)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--chunk-size", type=int, default=256)
+    parser.add_argument("--vocab-chunk-size", type=int, default=2048)
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each method; the median is shown")
+    parser.add_argument("--worker", choices=METHODS)
+    parser.add_argument("--checkpoint", type=Path)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args.worker, args.checkpoint, args.embed_dim, args.num_samples,
+                                args.batch_size, args.chunk_size, args.vocab_chunk_size)))
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        ckpt = Path(tmp) / "bench_qwen3"
+        write_checkpoint(ckpt, args.embed_dim)
+        runs = {m: [] for m in METHODS}
+        for _ in range(args.repeats):  # interleaved, so drift in the machine hits every method
+            for method in METHODS:
+                cmd = [sys.executable, __file__, "--worker", method, "--checkpoint", str(ckpt),
+                       "--embed-dim", str(args.embed_dim), "--num-samples", str(args.num_samples),
+                       "--batch-size", str(args.batch_size), "--chunk-size", str(args.chunk_size),
+                       "--vocab-chunk-size", str(args.vocab_chunk_size)]
+                out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+                runs[method].append(json.loads(out.strip().splitlines()[-1]))
+    rows = {m: {k: statistics.median(r[k] for r in rs) for k in ("tokens", "tokens_per_s", "peak_rss_mib")}
+            for m, rs in runs.items()}
+    floor = rows["floor"]
+    print(f"\nentropy precompute, CPU ({torch.get_num_threads()} threads), vocab 151936, width {args.embed_dim}, "
+          f"{int(floor['tokens'])} tokens, batch {args.batch_size}, chunk {args.chunk_size} tokens, "
+          f"vocab chunk {args.vocab_chunk_size}, median of {args.repeats} runs\n")
+    print(f"| {'method':<6} | {'tokens/s':>9} | {'x floor':>7} | {'peak RSS MiB':>12} | {'x floor':>7} |")
+    print(f"|{'-' * 8}|{'-' * 11}|{'-' * 9}|{'-' * 14}|{'-' * 9}|")
+    for method, r in rows.items():
+        print(f"| {method:<6} | {r['tokens_per_s']:>9.0f} | {r['tokens_per_s'] / floor['tokens_per_s']:>7.2f} "
+              f"| {r['peak_rss_mib']:>12.0f} | {r['peak_rss_mib'] / floor['peak_rss_mib']:>7.2f} |")
+
+
+if __name__ == "__main__":
+    main()
