@@ -7,7 +7,7 @@ The target corpus is tokenized exactly as the training loader tokenizes it
 (``entrodrop.corpus``), the entropies are computed with the output projection applied in
 chunks of tokens and of vocabulary (memory independent of batch x sequence x vocabulary),
 and written to a
-sharded fp16 cache (``entrodrop.entropy_cache``). Several processes each hold a full copy
+sharded fp16 cache (``entrodrop.sample_store``). Several processes each hold a full copy
 of the model and take every N-th pending shard; a shard's batches do not depend on how
 many processes run, so the cache is the same. A run that is killed keeps its finished
 shards; running the same command again computes the rest.
@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from entrodrop.corpus import tokenize_corpus
 from entrodrop.entropy import shard_entropies
-from entrodrop.entropy_cache import EntropyCacheWriter, cache_key, sample_table
+from entrodrop.sample_store import SampleStoreWriter, cache_key, sample_table
 from entrodrop.models.hf_config import check_matches_checkpoint
 
 log = utils.get_logger("INFO")
@@ -68,19 +68,18 @@ class PrecomputeEntropyRecipe:
             cfg.dataset.text_field,
             cfg.max_seq_len,
         )
-        table = sample_table(self._samples)
         # One process creates (or checks) the manifest before the others read it, and
         # every process lists the pending shards before any process writes a new one.
         if self._rank == 0:
-            self._writer = EntropyCacheWriter(cfg.cache_dir, key, table, cfg.samples_per_shard, create=True)
+            self._writer = SampleStoreWriter(cfg.cache_dir, "entropy", key, len(self._samples), cfg.samples_per_shard, create=True)
         self._barrier()
         if self._rank != 0:
-            self._writer = EntropyCacheWriter(cfg.cache_dir, key, table, cfg.samples_per_shard, create=False)
+            self._writer = SampleStoreWriter(cfg.cache_dir, "entropy", key, len(self._samples), cfg.samples_per_shard, create=False)
         pending = self._writer.pending_shards()
         self._barrier()
         self._shards = pending[self._rank :: self._world_size]
         log.info(
-            f"rank {self._rank}: {len(self._samples)} samples, {int(table['length'].sum())} tokens, "
+            f"rank {self._rank}: {len(self._samples)} samples, {sum(map(len, self._samples))} tokens, "
             f"{self._writer.num_shards - len(pending)} of {self._writer.num_shards} shards already "
             f"cached, {len(self._shards)} to compute here"
         )
@@ -102,7 +101,7 @@ class PrecomputeEntropyRecipe:
             samples = [self._samples[i] for i in self._writer.shard_samples(shard)]
             entropies = shard_entropies(self._model, samples, self._batch_size, self._chunk_size,
                                         self._vocab_chunk_size, on_batch=progress.update)
-            self._writer.write_shard(shard, [h.numpy() for h in entropies])
+            self._writer.write_shard(shard, [h.numpy() for h in entropies], sample_table(samples))
         progress.close()
         if self._shards:
             seconds = time.perf_counter() - start

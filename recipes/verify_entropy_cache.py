@@ -13,14 +13,14 @@ from omegaconf import DictConfig, OmegaConf
 from torchtune import config, utils
 
 from entrodrop.corpus import tokenize_corpus
-from entrodrop.entropy_cache import EntropyCache, cache_key, sample_table
+from entrodrop.sample_store import SampleStore, cache_key, sample_table
 
 log = utils.get_logger("INFO")
 
 
 @config.parse
 def recipe_main(cfg: DictConfig) -> None:
-    cache = EntropyCache(cfg.cache_dir)
+    cache = SampleStore(cfg.cache_dir, "entropy")
     tokenizer = config.instantiate(cfg.tokenizer)
     samples = tokenize_corpus(tokenizer, cfg.dataset.path, cfg.dataset.text_field, cfg.max_seq_len)
     checkpointer = config.instantiate(cfg.checkpointer)  # reads config.json only

@@ -10,7 +10,7 @@ samples in the same batches:
 
     floor     final hidden states, then the logits chunk by chunk, thrown away
     naive     full [batch, seq, vocab] fp32 logits, then log_softmax
-    ours      shard_entropies + EntropyCacheWriter, as recipes/precompute_entropy.py does
+    ours      shard_entropies + SampleStoreWriter, as recipes/precompute_entropy.py does
               (token chunks x vocabulary blocks, online logsumexp)
 
 Peak memory is the process's peak resident set during the timed pass (the high-water mark
@@ -73,7 +73,7 @@ def worker(method: str, ckpt: Path, embed_dim: int, num_samples: int, batch_size
     from entrodrop.checkpointing import HFCheckpointer
     from entrodrop.corpus import tokenize_corpus
     from entrodrop.entropy import final_hidden_states, output_weight, shard_entropies
-    from entrodrop.entropy_cache import EntropyCacheWriter, sample_table
+    from entrodrop.sample_store import SampleStoreWriter, sample_table
     from entrodrop.models.qwen3 import qwen3, qwen3_tokenizer
 
     tiny = REPO / "assets" / "tiny" / "qwen3"
@@ -107,10 +107,10 @@ def worker(method: str, ckpt: Path, embed_dim: int, num_samples: int, batch_size
     cache_dir = Path(tempfile.mkdtemp())
 
     def ours(batch_samples, count):
-        writer = EntropyCacheWriter(str(cache_dir / str(time.monotonic_ns())), {"model": "bench"},
-                                    sample_table(batch_samples), len(batch_samples), create=True)
+        writer = SampleStoreWriter(str(cache_dir / str(time.monotonic_ns())), "entropy", {"model": "bench"},
+                                   len(batch_samples), len(batch_samples), create=True)
         entropies = shard_entropies(model, batch_samples, batch_size, chunk_size, vocab_chunk_size, on_batch=count)
-        writer.write_shard(0, [h.numpy() for h in entropies])
+        writer.write_shard(0, [h.numpy() for h in entropies], sample_table(batch_samples))
 
     run = ours if method == "ours" else floor_or_naive
     run(samples[:batch_size], lambda n: None)  # warm-up

@@ -15,13 +15,7 @@ from safetensors.torch import load_file, save_file
 
 from entrodrop.corpus import CorpusError, read_texts, token_hash, tokenize_corpus
 from entrodrop.entropy import sample_entropies
-from entrodrop.entropy_cache import (
-    CacheMismatchError,
-    EntropyCache,
-    EntropyCacheWriter,
-    cache_key,
-    sample_table,
-)
+from entrodrop.sample_store import CacheMismatchError, SampleStore, SampleStoreWriter, cache_key, sample_table
 from entrodrop.models.qwen3 import qwen3_tokenizer
 
 from conftest import REPO, TUNE
@@ -55,7 +49,7 @@ def test_cache_holds_the_entropies_of_the_training_tokens(reference_cache, tiny_
     from entrodrop.checkpointing import HFCheckpointer
     from entrodrop.models.qwen3 import qwen3
 
-    cache = EntropyCache(str(reference_cache))
+    cache = SampleStore(str(reference_cache), "entropy")
     samples = tokenize_corpus(tiny_tokenizer(tiny_assets), str(tiny_assets / "target.jsonl"), "text", 256)
     assert len(cache) == len(samples) == 64
     assert cache.manifest["num_tokens"] == sum(map(len, samples))
@@ -91,7 +85,7 @@ def test_killed_precompute_resumes_to_the_same_cache(reference_cache, tiny_asset
     done = sorted(p.name for p in cache_dir.glob("shard-*"))
     assert not manifest["complete"] and 1 <= len(done) < 64, done
     with pytest.raises(CacheMismatchError, match="incomplete"):
-        EntropyCache(str(cache_dir))
+        SampleStore(str(cache_dir), "entropy")
     # A shard half-written when the kill came: never read, removed on resume.
     (cache_dir / ".shard-00063.tmp-dead").mkdir()
     (cache_dir / ".shard-00063.tmp-dead" / "entropy.npy").write_bytes(b"partial")
@@ -99,8 +93,8 @@ def test_killed_precompute_resumes_to_the_same_cache(reference_cache, tiny_asset
     proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"{len(done)} of 64 shards already cached" in proc.stderr
-    resumed = EntropyCache(str(cache_dir))
-    reference = EntropyCache(str(reference_cache))
+    resumed = SampleStore(str(cache_dir), "entropy")
+    reference = SampleStore(str(reference_cache), "entropy")
     assert not list(cache_dir.glob(".shard-*"))
     for i in range(len(reference)):
         assert np.array_equal(resumed[i], reference[i], equal_nan=True)
@@ -129,7 +123,7 @@ def key_and_table(key_parts, tokenizer, **changes):
 
 
 def test_the_unchanged_setting_verifies(reference_cache, key_parts, tiny_assets):
-    EntropyCache(str(reference_cache)).verify(*key_and_table(key_parts, tiny_tokenizer(tiny_assets)))
+    SampleStore(str(reference_cache), "entropy").verify(*key_and_table(key_parts, tiny_tokenizer(tiny_assets)))
 
 
 def test_edited_corpus_names_the_first_differing_sample(reference_cache, key_parts, tiny_assets, tmp_path):
@@ -140,7 +134,7 @@ def test_edited_corpus_names_the_first_differing_sample(reference_cache, key_par
     edited = tmp_path / "edited.jsonl"
     edited.write_text("\n".join(lines) + "\n")
     with pytest.raises(CacheMismatchError) as err:
-        EntropyCache(str(reference_cache)).verify(*key_and_table(key_parts, tiny_tokenizer(tiny_assets), corpus_path=str(edited)))
+        SampleStore(str(reference_cache), "entropy").verify(*key_and_table(key_parts, tiny_tokenizer(tiny_assets), corpus_path=str(edited)))
     assert "corpus: cache has" in str(err.value) and "first sample that differs: sample 9" in str(err.value)
 
 
@@ -149,7 +143,7 @@ def test_other_max_seq_len_names_the_first_truncated_sample(reference_cache, key
     samples = tokenize_corpus(tokenizer, key_parts["corpus_path"], "text", 256)
     first_long = next(i for i, s in enumerate(samples) if len(s) > 200)
     with pytest.raises(CacheMismatchError) as err:
-        EntropyCache(str(reference_cache)).verify(*key_and_table(key_parts, tokenizer, max_seq_len=200))
+        SampleStore(str(reference_cache), "entropy").verify(*key_and_table(key_parts, tokenizer, max_seq_len=200))
     assert "max_seq_len: cache has 256, now 200" in str(err.value)
     assert f"first sample that differs: sample {first_long}: 256 tokens in the cache, 200 now" in str(err.value)
 
@@ -161,8 +155,8 @@ def test_other_tokenizer_is_caught(reference_cache, key_parts, tiny_assets, tmp_
                                 key_parts["tokenizer_cfg"]["special_tokens_path"], eos_token="<|im_end|>")
     cfg = {**key_parts["tokenizer_cfg"], "eos_token": "<|im_end|>"}
     with pytest.raises(CacheMismatchError) as err:
-        EntropyCache(str(reference_cache)).verify(*key_and_table(key_parts, tokenizer, tokenizer_cfg=cfg))
-    first_uncut = next(i for i, s in enumerate(EntropyCache(str(reference_cache)).table) if s["length"] < 256)
+        SampleStore(str(reference_cache), "entropy").verify(*key_and_table(key_parts, tokenizer, tokenizer_cfg=cfg))
+    first_uncut = next(i for i, s in enumerate(SampleStore(str(reference_cache), "entropy").table) if s["length"] < 256)
     assert "tokenizer: cache has" in str(err.value)
     assert f"first sample that differs: sample {first_uncut}: same length" in str(err.value)
 
@@ -174,7 +168,7 @@ def test_other_model_is_caught(reference_cache, key_parts, tiny_assets, tmp_path
     weights["model.norm.weight"] = weights["model.norm.weight"] * 1.01
     save_file(weights, other / "model.safetensors", metadata={"format": "pt"})
     with pytest.raises(CacheMismatchError) as err:
-        EntropyCache(str(reference_cache)).verify(*key_and_table(key_parts, tiny_tokenizer(tiny_assets), checkpoint_dir=str(other)))
+        SampleStore(str(reference_cache), "entropy").verify(*key_and_table(key_parts, tiny_tokenizer(tiny_assets), checkpoint_dir=str(other)))
     assert "model: cache has" in str(err.value) and "from sample 0" in str(err.value)
 
 
@@ -190,7 +184,7 @@ def test_verify_command_reports_a_mismatch_and_writes_nothing(reference_cache, t
 def test_precompute_refuses_a_directory_holding_another_cache(reference_cache, tune_run):
     before = cache_files(reference_cache)
     result = tune_run("recipes/precompute_entropy.py", "--config", CONFIG, f"cache_dir={reference_cache}", "max_seq_len=128")
-    assert result.returncode != 0 and "already holds an entropy cache of something else" in result.stderr
+    assert result.returncode != 0 and "already holds another entropy cache" in result.stderr
     assert cache_files(reference_cache) == before
 
 
@@ -202,31 +196,34 @@ def test_bad_settings_are_reported_together(tune_run, tmp_path):
 
 
 def test_check_sample_catches_a_silent_misalignment(reference_cache, tiny_assets):
-    cache = EntropyCache(str(reference_cache))
+    cache = SampleStore(str(reference_cache), "entropy")
     samples = tokenize_corpus(tiny_tokenizer(tiny_assets), str(tiny_assets / "target.jsonl"), "text", 256)
-    with pytest.raises(CacheMismatchError, match="sample 3: cached for"):
+    with pytest.raises(CacheMismatchError, match="sample 3: computed for"):
         cache.check_sample(3, samples[4])
 
 
 def test_writer_and_reader_handle_empty_samples(tmp_path):
-    table = sample_table([[1, 2, 3], [], [4]])
+    samples = [[1, 2, 3], [], [4]]
     key = {"model": "m", "tokenizer": "t", "corpus": "c", "max_seq_len": 8}
-    writer = EntropyCacheWriter(str(tmp_path), key, table, samples_per_shard=2, create=True)
+    writer = SampleStoreWriter(str(tmp_path), "entropy", key, len(samples), samples_per_shard=2, create=True)
     assert writer.pending_shards() == [0, 1]
-    writer.write_shard(0, [np.array([np.nan, 1.0, 2.0]), np.zeros(0)])
+    writer.write_shard(0, [np.array([np.nan, 1.0, 2.0]), np.zeros(0)], sample_table(samples[:2]))
     with pytest.raises(RuntimeError, match="shards \\[1\\] are missing"):
         writer.finalize()
-    writer.write_shard(1, [np.array([np.nan])])
+    with pytest.raises(ValueError, match="do not match"):
+        writer.write_shard(1, [np.array([1.0, 2.0])], sample_table(samples[2:]))
+    writer.write_shard(1, [np.array([np.nan])], sample_table(samples[2:]))
     writer.finalize()
-    cache = EntropyCache(str(tmp_path))
+    cache = SampleStore(str(tmp_path), "entropy")
     assert len(cache[1]) == 0 and cache[0][2] == 2.0 and np.isnan(cache[2][0])
-    with pytest.raises(ValueError, match="do not match the samples"):
-        writer.write_shard(1, [np.array([1.0, 2.0])])
+    assert np.array_equal(cache.table, sample_table(samples))
+    with pytest.raises(CacheMismatchError, match="store of 'entropy', not of 'tokens'"):
+        SampleStore(str(tmp_path), "tokens")
 
 
 def test_missing_cache_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no entropy cache at .*run recipes/precompute_entropy.py"):
-        EntropyCache(str(tmp_path))
+        SampleStore(str(tmp_path), "entropy")
 
 
 def test_corpus_errors_name_file_and_line(tmp_path):

@@ -1,19 +1,21 @@
-"""The on-disk entropy cache: written once by the precompute, memory-mapped by training.
+"""Sharded, memory-mapped per-sample arrays on disk: the entropy cache and the token stores.
 
-Layout of a cache directory::
+Two kinds share one layout: the entropy cache (``entropy``, fp16, 2 bytes a token, written by
+recipes/precompute_entropy.py) and a token store (``tokens``, int32, a pre-tokenized corpus
+written by recipes/tokenize_corpus.py, so training never tokenizes). A store directory::
 
-    manifest.json        what the cache was computed from (fingerprints of the model
-                         checkpoint, tokenizer and corpus, max_seq_len), the shard size,
-                         and "complete": true once every shard is in place
+    manifest.json        what the store was computed from (fingerprints of the model
+                         checkpoint, tokenizer and corpus, max_seq_len), its kind, the shard
+                         size, and "complete": true once every shard is in place
     samples.npy          per sample: token count and 64-bit hash of its token ids
-    shard-00000/entropy.npy
-                         fp16 entropies of the shard's samples, concatenated (2 bytes a
-                         token; NaN for a sample's first token, which has no context)
+                         (written when the store is completed)
+    shard-00000/         <kind>.npy, the shard's samples concatenated (NaN entropy for a
+                         sample's first token, which has no context), and samples.npy, the
+                         shard's rows of the table
 
 A shard directory is built under a temporary name and renamed into place when whole, so a
-killed precompute never leaves a shard a reader could take for complete; the next run
-keeps the finished shards and computes the rest. Readers refuse a cache whose manifest is
-not complete.
+killed run never leaves a shard a reader could take for complete; the next run keeps the
+finished shards and computes the rest. Readers refuse a store that is not complete.
 """
 
 import hashlib
@@ -28,16 +30,21 @@ import numpy as np
 
 from entrodrop.corpus import token_hash
 
-CACHE_VERSION = 1
+STORE_VERSION = 1
 MANIFEST = "manifest.json"
 SAMPLES = "samples.npy"
 SAMPLE_DTYPE = np.dtype([("length", "<i4"), ("token_hash", "<u8")])
 KEY_FIELDS = ("model", "tokenizer", "corpus", "max_seq_len")
+# kind -> (what users call it, dtype on disk, the recipe that writes it)
+KINDS = {
+    "entropy": ("entropy cache", np.float16, "recipes/precompute_entropy.py"),
+    "tokens": ("token store", np.int32, "recipes/tokenize_corpus.py"),
+}
 _SAMPLED_BYTES = 1 << 20
 
 
 class CacheMismatchError(ValueError):
-    """A cache that was not computed from the model, tokenizer, corpus or length in use."""
+    """A store that was not computed from the model, tokenizer, corpus or length in use."""
 
 
 # ---------------------------------------------------------------------------- fingerprints
@@ -88,11 +95,12 @@ def fingerprint_corpus(path: str, text_field: str) -> str:
     return _sha(fingerprint_file(Path(path)).encode(), text_field.encode())
 
 
-def cache_key(checkpoint_dir: str, weight_files: Sequence[str], tokenizer_cfg: Dict[str, Any],
+def cache_key(checkpoint_dir: Optional[str], weight_files: Sequence[str], tokenizer_cfg: Dict[str, Any],
               corpus_path: str, text_field: str, max_seq_len: int) -> Dict[str, Any]:
-    """What a cache is computed from; a cache is valid only for the same key."""
+    """What a store is computed from; it is valid only for the same key. A token store
+    depends on no model: pass ``checkpoint_dir=None``."""
     return {
-        "model": fingerprint_checkpoint(checkpoint_dir, weight_files),
+        "model": fingerprint_checkpoint(checkpoint_dir, weight_files) if checkpoint_dir else None,
         "tokenizer": fingerprint_tokenizer(tokenizer_cfg),
         "corpus": fingerprint_corpus(corpus_path, text_field),
         "max_seq_len": max_seq_len,
@@ -111,22 +119,24 @@ def sample_table(samples: Sequence[Sequence[int]]) -> np.ndarray:
 
 
 def _first_differing_sample(cached: np.ndarray, current: np.ndarray) -> Optional[str]:
-    for i in range(min(len(cached), len(current))):
+    n = min(len(cached), len(current))
+    differs = (cached["length"][:n] != current["length"][:n]) | (cached["token_hash"][:n] != current["token_hash"][:n])
+    if differs.any():
+        i = int(np.argmax(differs))
         if cached[i]["length"] != current[i]["length"]:
             return f"sample {i}: {cached[i]['length']} tokens in the cache, {current[i]['length']} now"
-        if cached[i]["token_hash"] != current[i]["token_hash"]:
-            return f"sample {i}: same length ({current[i]['length']}), different token ids"
+        return f"sample {i}: same length ({current[i]['length']}), different token ids"
     if len(cached) != len(current):
-        i = min(len(cached), len(current))
-        return f"sample {i}: the cache has {len(cached)} samples, the corpus has {len(current)}"
+        return f"sample {n}: the cache has {len(cached)} samples, the corpus has {len(current)}"
     return None
 
 
-def mismatches(key: Dict[str, Any], table: np.ndarray, cached_key: Dict[str, Any], cached_table: np.ndarray) -> List[str]:
-    """Everything that differs between a cache and what it is checked against."""
+def mismatches(key: Dict[str, Any], table: np.ndarray, cached_key: Dict[str, Any], cached_table: np.ndarray,
+               fields: Sequence[str] = KEY_FIELDS) -> List[str]:
+    """Everything that differs between a store and what it is checked against."""
     problems = [
         f"{field}: cache has {cached_key[field]}, now {key[field]}"
-        for field in KEY_FIELDS
+        for field in fields
         if cached_key[field] != key[field]
     ]
     first = _first_differing_sample(cached_table, table)
@@ -155,54 +165,62 @@ def _shard_name(shard: int) -> str:
     return f"shard-{shard:05d}"
 
 
-class EntropyCacheWriter:
-    """Creates a cache directory, or resumes one a killed run left, and fills it shard by shard.
+class SampleStoreWriter:
+    """Creates a store directory, or resumes one a killed run left, and fills it shard by shard.
 
     Args:
-        cache_dir (str): the cache directory.
+        store_dir (str): the store directory.
+        kind (str): ``entropy`` or ``tokens``.
         key (Dict[str, Any]): ``model``, ``tokenizer``, ``corpus`` fingerprints and ``max_seq_len``.
-        table (np.ndarray): ``sample_table`` of the samples to compute.
-        samples_per_shard (int): samples in each shard file.
+        num_samples (int): samples in the corpus.
+        samples_per_shard (int): samples in each shard.
         create (bool): write the manifest (one process does; the others pass False and
             read what it wrote, after a barrier).
 
     Raises:
-        CacheMismatchError: ``cache_dir`` holds a cache, whole or partial, of something else.
+        CacheMismatchError: ``store_dir`` holds a store, whole or partial, of something else.
             It is left untouched.
     """
 
-    def __init__(self, cache_dir: str, key: Dict[str, Any], table: np.ndarray,
+    def __init__(self, store_dir: str, kind: str, key: Dict[str, Any], num_samples: int,
                  samples_per_shard: int, create: bool) -> None:
-        self.dir = Path(cache_dir)
-        self.table = table
+        self.dir = Path(store_dir)
+        self.kind = kind
+        self.key = key
+        self.num_samples = num_samples
         self.samples_per_shard = samples_per_shard
-        self.num_shards = max(1, -(-len(table) // samples_per_shard))
+        self.num_shards = max(1, -(-num_samples // samples_per_shard))
         manifest_path = self.dir / MANIFEST
         if manifest_path.exists():
-            manifest = json.loads(manifest_path.read_text())
-            problems = mismatches(key, table, manifest["key"], np.load(self.dir / SAMPLES))
-            if manifest["samples_per_shard"] != samples_per_shard:
-                problems.append(f"samples_per_shard: cache has {manifest['samples_per_shard']}, now {samples_per_shard}")
-            _raise_if(problems, f"{self.dir} already holds an entropy cache of something else "
-                      "(delete it or choose another cache_dir)")
+            old = json.loads(manifest_path.read_text())
+            new = self._manifest(complete=old["complete"])
+            problems = [
+                f"{field}: store has {old[field]}, now {new[field]}"
+                for field in ("kind", "num_samples", "samples_per_shard")
+                if old[field] != new[field]
+            ] + [
+                f"{field}: store has {old['key'][field]}, now {key[field]}"
+                for field in KEY_FIELDS
+                if old["key"][field] != key[field]
+            ]
+            _raise_if(problems, f"{self.dir} already holds another {KINDS[old['kind']][0]} "
+                      "(delete it or choose another directory)")
         elif create:
             self.dir.mkdir(parents=True, exist_ok=True)
-            np.save(self.dir / SAMPLES, table)
-            _write_json_atomic(manifest_path, self._manifest(key, complete=False))
+            _write_json_atomic(manifest_path, self._manifest(complete=False))
         if create:  # leftovers of a run killed mid-shard
             for tmp in self.dir.glob(".shard-*.tmp-*"):
                 shutil.rmtree(tmp)
-        self.key = key
 
-    def _manifest(self, key: Dict[str, Any], complete: bool) -> dict:
+    def _manifest(self, complete: bool) -> dict:
         return {
-            "version": CACHE_VERSION,
-            "key": key,
-            "num_samples": len(self.table),
-            "num_tokens": int(self.table["length"].sum()),
+            "version": STORE_VERSION,
+            "kind": self.kind,
+            "dtype": np.dtype(KINDS[self.kind][1]).name,
+            "key": self.key,
+            "num_samples": self.num_samples,
             "samples_per_shard": self.samples_per_shard,
             "num_shards": self.num_shards,
-            "dtype": "float16",
             "complete": complete,
         }
 
@@ -212,50 +230,60 @@ class EntropyCacheWriter:
 
     def shard_samples(self, shard: int) -> range:
         start = shard * self.samples_per_shard
-        return range(start, min(start + self.samples_per_shard, len(self.table)))
+        return range(start, min(start + self.samples_per_shard, self.num_samples))
 
-    def write_shard(self, shard: int, entropies: List[np.ndarray]) -> None:
-        """Write one shard's per-sample entropies (in sample order), atomically."""
-        rows = self.table[self.shard_samples(shard).start : self.shard_samples(shard).stop]
-        lengths = [len(e) for e in entropies]
-        if lengths != rows["length"].tolist():
-            raise ValueError(f"shard {shard}: entropies of lengths {lengths[:8]}... do not match the samples")
-        flat = np.concatenate(entropies).astype(np.float16) if entropies else np.zeros(0, np.float16)
+    def write_shard(self, shard: int, values: List[np.ndarray], table: np.ndarray) -> None:
+        """Write one shard atomically: each sample's values, in sample order, and its table rows
+        (``sample_table`` of the shard's token ids)."""
+        lengths = [len(v) for v in values]
+        if len(values) != len(self.shard_samples(shard)) or lengths != table["length"].tolist():
+            raise ValueError(f"shard {shard}: {len(values)} samples of lengths {lengths[:8]}... do not "
+                             f"match the shard's {len(self.shard_samples(shard))} samples")
+        dtype = KINDS[self.kind][1]
+        flat = np.concatenate(values).astype(dtype) if values else np.zeros(0, dtype)
         tmp = Path(tempfile.mkdtemp(prefix=f".{_shard_name(shard)}.tmp-", dir=self.dir))
-        np.save(tmp / "entropy.npy", flat)
+        np.save(tmp / f"{self.kind}.npy", flat)
+        np.save(tmp / SAMPLES, table)
         os.replace(tmp, self.dir / _shard_name(shard))
 
     def finalize(self) -> None:
-        """Mark the cache complete; every shard must be on disk."""
+        """Gather the shards' tables and mark the store complete; every shard must be on disk."""
         missing = self.pending_shards()
         if missing:
             raise RuntimeError(f"cannot finalize {self.dir}: shards {missing[:8]} are missing")
-        _write_json_atomic(self.dir / MANIFEST, self._manifest(self.key, complete=True))
+        table = np.concatenate([np.load(self.dir / _shard_name(s) / SAMPLES) for s in range(self.num_shards)])
+        np.save(self.dir / SAMPLES, table)
+        manifest = {**self._manifest(complete=True), "num_tokens": int(table["length"].sum())}
+        _write_json_atomic(self.dir / MANIFEST, manifest)
 
 
 # ---------------------------------------------------------------------------- reading
 
 
-class EntropyCache:
-    """A complete cache, memory-mapped: ``cache[i]`` is sample ``i``'s fp16 entropies.
+class SampleStore:
+    """A complete store, memory-mapped: ``store[i]`` is sample ``i``'s values.
+
+    Args:
+        store_dir (str): the store directory.
+        kind (str): ``entropy`` or ``tokens``; a store of the other kind is refused.
 
     Raises:
-        FileNotFoundError: no cache at ``cache_dir``.
-        CacheMismatchError: the cache is incomplete (a precompute that did not finish).
+        FileNotFoundError: no store at ``store_dir``.
+        CacheMismatchError: the store is incomplete (a run that did not finish), or of another kind.
     """
 
-    def __init__(self, cache_dir: str) -> None:
-        self.dir = Path(cache_dir)
+    def __init__(self, store_dir: str, kind: str) -> None:
+        self.dir = Path(store_dir)
+        name, _, recipe = KINDS[kind]
         manifest_path = self.dir / MANIFEST
         if not manifest_path.exists():
-            raise FileNotFoundError(
-                f"no entropy cache at {cache_dir} ({MANIFEST} missing): run recipes/precompute_entropy.py"
-            )
+            raise FileNotFoundError(f"no {name} at {store_dir} ({MANIFEST} missing): run {recipe}")
         self.manifest = json.loads(manifest_path.read_text())
+        if self.manifest["kind"] != kind:
+            raise CacheMismatchError(f"{store_dir} is a store of {self.manifest['kind']!r}, not of {kind!r}")
         if not self.manifest["complete"]:
-            raise CacheMismatchError(
-                f"the entropy cache at {cache_dir} is incomplete: rerun the precompute to finish it"
-            )
+            raise CacheMismatchError(f"the {name} at {store_dir} is incomplete: rerun {recipe} to finish it")
+        self.kind = kind
         self.key = self.manifest["key"]
         self.table = np.load(self.dir / SAMPLES)
         per_shard = self.manifest["samples_per_shard"]
@@ -273,7 +301,7 @@ class EntropyCache:
 
     def _shard(self, shard: int) -> np.ndarray:
         if shard not in self._shards:
-            self._shards[shard] = np.load(self.dir / _shard_name(shard) / "entropy.npy", mmap_mode="r")
+            self._shards[shard] = np.load(self.dir / _shard_name(shard) / f"{self.kind}.npy", mmap_mode="r")
         return self._shards[shard]
 
     def __getitem__(self, i: int) -> np.ndarray:
@@ -281,17 +309,18 @@ class EntropyCache:
         return self._shard(i // self._per_shard)[start : start + self.table[i]["length"]]
 
     def check_sample(self, i: int, ids: Sequence[int]) -> None:
-        """Raise if sample ``i``'s token ids are not the ones its entropies were computed on."""
+        """Raise if sample ``i``'s token ids are not the ones this store was computed on."""
         row = self.table[i]
         if row["length"] != len(ids) or row["token_hash"] != token_hash(ids):
             raise CacheMismatchError(
-                f"entropy cache {self.dir}, sample {i}: cached for {row['length']} tokens with hash "
-                f"{row['token_hash']:016x}, but the loader has {len(ids)} tokens with hash "
+                f"{KINDS[self.kind][0]} {self.dir}, sample {i}: computed for {row['length']} tokens with "
+                f"hash {row['token_hash']:016x}, but the loader has {len(ids)} tokens with hash "
                 f"{token_hash(ids):016x}; was the corpus, tokenizer or max_seq_len changed? "
                 "Check with recipes/verify_entropy_cache.py"
             )
 
-    def verify(self, key: Dict[str, Any], table: np.ndarray) -> None:
-        """Raise one error naming everything that differs and the first sample where it does."""
-        _raise_if(mismatches(key, table, self.key, self.table),
-                  f"the entropy cache at {self.dir} does not match")
+    def verify(self, key: Dict[str, Any], table: np.ndarray, fields: Sequence[str] = KEY_FIELDS) -> None:
+        """Raise one error naming everything that differs (of ``fields`` of the key) and the
+        first sample where it does."""
+        _raise_if(mismatches(key, table, self.key, self.table, fields),
+                  f"the {KINDS[self.kind][0]} at {self.dir} does not match")
