@@ -324,3 +324,14 @@ class SampleStore:
         first sample where it does."""
         _raise_if(mismatches(key, table, self.key, self.table, fields),
                   f"the {KINDS[self.kind][0]} at {self.dir} does not match")
+
+
+def write_store(store_dir: str, kind: str, key: Dict[str, Any], values: Sequence[np.ndarray],
+                table: np.ndarray, samples_per_shard: int) -> "SampleStore":
+    """Write a whole store in one process (tests, benchmarks, small corpora) and open it."""
+    writer = SampleStoreWriter(store_dir, kind, key, len(values), samples_per_shard, create=True)
+    for shard in writer.pending_shards():
+        rows = writer.shard_samples(shard)
+        writer.write_shard(shard, [values[i] for i in rows], table[rows.start : rows.stop])
+    writer.finalize()
+    return SampleStore(store_dir, kind)

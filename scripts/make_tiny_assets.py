@@ -13,6 +13,7 @@ writes
     sample.txt   a slice of real text for smoke runs
     target.jsonl a small target-domain corpus (code: top-level blocks of stdlib modules the
                  tokenizer did not see), one {"text": ...} record a line
+    general.jsonl a general-domain corpus (English prose: the paragraphs of pydoc's topic pages)
 
 The model hyper-parameters below are repeated in configs/tiny/*.yaml; the recipes check the
 YAML against each config.json when they load, so the two cannot drift apart silently.
@@ -142,6 +143,11 @@ def main(out: Path) -> None:
     with (out / "target.jsonl").open("w", encoding="utf-8") as f:
         for block in blocks[:TARGET_RECORDS]:
             f.write(json.dumps({"text": block[:3000]}) + "\n")
+    paragraphs = [p.strip() for text in pydoc_data.topics.topics.values() for p in text.split("\n\n")]
+    with (out / "general.jsonl").open("w", encoding="utf-8") as f:
+        for paragraph in paragraphs:
+            if len(paragraph) >= 80:
+                f.write(json.dumps({"text": paragraph}) + "\n")
     print(f"tiny assets written to {out}")
 
 

@@ -1,0 +1,276 @@
+"""The training stream: target and general samples mixed at a fixed token ratio, packed into
+rows, with each target token's cached entropy joined alongside.
+
+Everything comes from memory-mapped stores (``entrodrop.sample_store``): the target and
+general token stores (recipes/tokenize_corpus.py) and the target entropy cache
+(recipes/precompute_entropy.py). Nothing is tokenized during training.
+
+The stream is a pure function of the seed and a small cursor, the same on every rank:
+
+- the target corpus is repeated epoch after epoch, in a fresh permutation of its non-empty
+  samples each epoch (``numpy.random.default_rng((seed, 0, epoch))``);
+- the general corpus is read once, without repetition, in one permutation
+  (``default_rng((seed, 1))``); running out of it ends the stream (``plan_budget`` refuses
+  budgets that would);
+- the next sample is a target one while target tokens are at or below ``target_ratio`` of
+  all tokens drawn so far, else a general one, so the realized ratio never strays by more
+  than one sample from the setting;
+- samples are packed whole into rows of ``seq_len`` tokens; a sample that does not fit the
+  rest of a row starts the next row and the rest is padding. Each global batch has
+  ``global_batch_size`` rows, and rank r gets rows ``[r * b, (r + 1) * b)`` with
+  ``b = global_batch_size / world_size``, so the union over ranks is one process's batch.
+
+A batch holds, per row position (all ``[b, seq_len]``):
+
+    tokens        input ids (0 in padding)
+    labels        the next token of the same document, IGNORE_INDEX at a document's last
+                  token and in padding: already shifted, use them as they are
+    entropy       the cached entropy of the input token (fp32; NaN for general tokens,
+                  a document's first token and padding)
+    domain        TARGET, GENERAL or PADDING
+    document_ids  which document of the row a position belongs to (padding: -1); use
+                  ``block_causal_mask`` so attention does not cross documents
+    input_pos     the position within its document, for the rotary embedding
+
+and ``target_epoch``, how many passes over the target corpus the stream has made by the
+end of the batch (a float).
+"""
+
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+import torch
+from torchdata.nodes import BaseNode, Loader
+
+from entrodrop.sample_store import KEY_FIELDS, CacheMismatchError, SampleStore, mismatches
+
+IGNORE_INDEX = -100
+TARGET, GENERAL, PADDING = 1, 0, -1
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The training length a token budget implies; see ``plan_budget``."""
+
+    num_steps: int
+    tokens_per_step: int
+    target_epochs: float
+    target_tokens: int
+    general_tokens_needed: int
+    general_tokens: int
+
+    def describe(self) -> str:
+        return (
+            f"{self.num_steps} steps x {self.tokens_per_step} token slots; about "
+            f"{self.target_epochs:.2f} epochs of the {self.target_tokens}-token target corpus and "
+            f"{self.general_tokens_needed} of the {self.general_tokens} general tokens"
+        )
+
+
+def plan_budget(total_tokens: int, global_batch_size: int, seq_len: int, target_ratio: float,
+                target_tokens: int, general_tokens: int) -> Budget:
+    """Steps and target epochs of a run of ``total_tokens`` token slots.
+
+    Packing leaves some slots as padding, so the epochs are an upper estimate.
+
+    Raises:
+        ValueError: an empty target corpus, a budget shorter than one step, or one that needs
+            more general tokens than the general corpus has (it is read without repetition).
+
+    Example:
+        >>> plan_budget(8192, 4, 256, 0.6, 1000, 10_000).num_steps
+        8
+    """
+    tokens_per_step = global_batch_size * seq_len
+    num_steps = total_tokens // tokens_per_step
+    problems = []
+    if target_tokens <= 0:
+        problems.append("the target corpus has no tokens")
+    if num_steps < 1:
+        problems.append(f"total_tokens={total_tokens} is less than one step of {tokens_per_step} tokens")
+    general_needed = int(np.ceil((1 - target_ratio) * num_steps * tokens_per_step))
+    if general_needed > general_tokens:
+        problems.append(f"the budget needs about {general_needed} general tokens at target_ratio={target_ratio}, "
+                        f"the general corpus has {general_tokens} (it is never repeated)")
+    if problems:
+        raise ValueError("invalid training budget:\n  " + "\n  ".join(problems))
+    target_epochs = target_ratio * num_steps * tokens_per_step / target_tokens
+    return Budget(num_steps, tokens_per_step, target_epochs, target_tokens, general_needed, general_tokens)
+
+
+def block_causal_mask(document_ids: torch.Tensor) -> torch.Tensor:
+    """``[b, s] -> [b, s, s]`` bool: position i may attend to j iff j <= i in the same document.
+
+    Example:
+        >>> block_causal_mask(torch.tensor([[0, 0, 1]]))[0].int()
+        tensor([[1, 0, 0],
+                [1, 1, 0],
+                [0, 0, 1]], dtype=torch.int32)
+    """
+    s = document_ids.shape[-1]
+    causal = torch.tril(torch.ones(s, s, dtype=torch.bool, device=document_ids.device))
+    return (document_ids.unsqueeze(-1) == document_ids.unsqueeze(-2)) & causal
+
+
+def check_join(tokens: SampleStore, entropy: SampleStore) -> None:
+    """Raise unless the entropy cache was computed on exactly the token store's samples."""
+    problems = mismatches(tokens.key, tokens.table, entropy.key, entropy.table,
+                          fields=[f for f in KEY_FIELDS if f != "model"])
+    if problems:
+        raise CacheMismatchError(
+            f"the entropy cache {entropy.dir} was not computed on the token store {tokens.dir}:\n  "
+            + "\n  ".join(problems)
+        )
+
+
+class MixedPackedStream(BaseNode[Dict[str, Any]]):
+    """A torchdata node yielding this rank's part of each global batch (see module docs).
+
+    Args:
+        target_tokens (SampleStore): token store of the target corpus.
+        target_entropy (SampleStore): entropy cache of the same samples.
+        general_tokens (SampleStore): token store of the general corpus.
+        seq_len (int): tokens per row.
+        global_batch_size (int): rows per step over all ranks.
+        target_ratio (float): share of target tokens, in (0, 1).
+        seed (int): seeds every permutation.
+        rank (int): this process.
+        world_size (int): processes; must divide ``global_batch_size``.
+
+    Raises:
+        ValueError: invalid sizes or ratio, or samples longer than ``seq_len``.
+        CacheMismatchError: the entropy cache does not belong to the target token store.
+    """
+
+    def __init__(self, target_tokens: SampleStore, target_entropy: SampleStore, general_tokens: SampleStore,
+                 seq_len: int, global_batch_size: int, target_ratio: float, seed: int,
+                 rank: int = 0, world_size: int = 1) -> None:
+        super().__init__()
+        problems = []
+        if not 0 < target_ratio < 1:
+            problems.append(f"target_ratio={target_ratio} must be in (0, 1)")
+        if global_batch_size % world_size:
+            problems.append(f"global_batch_size={global_batch_size} is not a multiple of {world_size} processes")
+        for store in (target_tokens, general_tokens):
+            if store.key["max_seq_len"] > seq_len:
+                problems.append(f"{store.dir} holds samples of up to {store.key['max_seq_len']} tokens, "
+                                f"longer than seq_len={seq_len}")
+        if problems:
+            raise ValueError("invalid loader settings:\n  " + "\n  ".join(problems))
+        check_join(target_tokens, target_entropy)
+        self._target, self._entropy, self._general = target_tokens, target_entropy, general_tokens
+        self._seq_len, self._global_batch_size, self._ratio, self._seed = seq_len, global_batch_size, target_ratio, seed
+        self._rows = range(rank * global_batch_size // world_size, (rank + 1) * global_batch_size // world_size)
+        self._target_len = target_tokens.table["length"]
+        self._general_len = general_tokens.table["length"]
+        self._target_ids = np.flatnonzero(self._target_len > 0)
+        self._general_order = np.random.default_rng((seed, 1)).permutation(np.flatnonzero(self._general_len > 0))
+        # Empty samples are skipped; the counts are reported at start-up.
+        self.num_empty = {"target": int((self._target_len == 0).sum()), "general": int((self._general_len == 0).sum())}
+        if not len(self._target_ids):
+            raise ValueError(f"the target corpus {target_tokens.dir} has no non-empty sample")
+
+    def reset(self, initial_state: Optional[Dict[str, Any]] = None) -> None:
+        super().reset(initial_state)
+        self._state = dict(initial_state) if initial_state is not None else {
+            "target_epoch": 0, "target_pos": 0, "general_pos": 0,
+            "target_tokens": 0, "general_tokens": 0, "carry": None,
+        }
+        self._target_order = self._epoch_order(self._state["target_epoch"])
+
+    def get_state(self) -> Dict[str, Any]:
+        return dict(self._state)
+
+    def _epoch_order(self, epoch: int) -> np.ndarray:
+        return np.random.default_rng((self._seed, 0, epoch)).permutation(self._target_ids)
+
+    @property
+    def target_epoch(self) -> float:
+        """Passes over the target corpus so far, fractional."""
+        return self._state["target_epoch"] + self._state["target_pos"] / len(self._target_ids)
+
+    def _draw(self) -> Tuple[int, int]:
+        """The next (domain, sample id) of the mixed stream; advances the cursor."""
+        st = self._state
+        if st["target_tokens"] <= self._ratio * (st["target_tokens"] + st["general_tokens"]):
+            if st["target_pos"] == len(self._target_order):
+                st["target_epoch"], st["target_pos"] = st["target_epoch"] + 1, 0
+                self._target_order = self._epoch_order(st["target_epoch"])
+            i = int(self._target_order[st["target_pos"]])
+            st["target_pos"] += 1
+            st["target_tokens"] += int(self._target_len[i])
+            return TARGET, i
+        if st["general_pos"] == len(self._general_order):
+            raise StopIteration  # the general corpus is used up
+        i = int(self._general_order[st["general_pos"]])
+        st["general_pos"] += 1
+        st["general_tokens"] += int(self._general_len[i])
+        return GENERAL, i
+
+    def _length(self, sample: Tuple[int, int]) -> int:
+        domain, i = sample
+        return int((self._target_len if domain == TARGET else self._general_len)[i])
+
+    def _layout(self) -> List[List[Tuple[int, int]]]:
+        """Which samples fill each row of the next global batch; reads lengths only."""
+        rows = []
+        for _ in range(self._global_batch_size):
+            row, free = [], self._seq_len
+            while True:
+                sample = tuple(self._state["carry"]) if self._state["carry"] else self._draw()
+                self._state["carry"] = None
+                if self._length(sample) > free:
+                    self._state["carry"] = list(sample)
+                    break
+                row.append(sample)
+                free -= self._length(sample)
+            rows.append(row)
+        return rows
+
+    def next(self) -> Dict[str, Any]:
+        rows = self._layout()
+        b, s = len(self._rows), self._seq_len
+        tokens = np.zeros((b, s), np.int64)
+        labels = np.full((b, s), IGNORE_INDEX, np.int64)
+        entropy = np.full((b, s), np.nan, np.float32)
+        domain = np.full((b, s), PADDING, np.int8)
+        document_ids = np.full((b, s), -1, np.int32)
+        input_pos = np.tile(np.arange(s), (b, 1))
+        for r, row in enumerate(rows[self._rows.start : self._rows.stop]):
+            start = 0
+            for doc, (dom, i) in enumerate(row):
+                ids = (self._target if dom == TARGET else self._general)[i]
+                end = start + len(ids)
+                tokens[r, start:end] = ids
+                labels[r, start : end - 1] = ids[1:]
+                domain[r, start:end] = dom
+                document_ids[r, start:end] = doc
+                input_pos[r, start:end] = np.arange(len(ids))
+                if dom == TARGET:
+                    self._entropy.check_sample(i, ids)
+                    entropy[r, start:end] = self._entropy[i]
+                start = end
+            input_pos[r, start:] = np.arange(s - start)
+        return {
+            "tokens": torch.from_numpy(tokens),
+            "labels": torch.from_numpy(labels),
+            "entropy": torch.from_numpy(entropy),
+            "domain": torch.from_numpy(domain),
+            "document_ids": torch.from_numpy(document_ids),
+            "input_pos": torch.from_numpy(input_pos),
+            "target_epoch": self.target_epoch,
+        }
+
+
+def build_loader(target_tokens_dir: str, target_entropy_dir: str, general_tokens_dir: str, seq_len: int,
+                 global_batch_size: int, target_ratio: float, seed: int, rank: int = 0,
+                 world_size: int = 1) -> Loader:
+    """A stateful ``torchdata.nodes.Loader`` over ``MixedPackedStream``: ``state_dict()`` after
+    a batch and ``load_state_dict()`` on a fresh loader resume right after that batch."""
+    stream = MixedPackedStream(
+        SampleStore(target_tokens_dir, "tokens"), SampleStore(target_entropy_dir, "entropy"),
+        SampleStore(general_tokens_dir, "tokens"), seq_len, global_batch_size, target_ratio, seed,
+        rank, world_size,
+    )
+    return Loader(stream, restart_on_stop_iteration=False)

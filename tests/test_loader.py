@@ -1,0 +1,198 @@
+"""The mixed, packed training stream: ratio, epochs, ranks, exact resume, the entropy join."""
+
+import numpy as np
+import pytest
+import torch
+
+from entrodrop.corpus import tokenize_corpus
+from entrodrop.loader import (
+    GENERAL,
+    IGNORE_INDEX,
+    PADDING,
+    TARGET,
+    MixedPackedStream,
+    block_causal_mask,
+    build_loader,
+    plan_budget,
+)
+from entrodrop.models.qwen3 import qwen3, qwen3_tokenizer
+from entrodrop.sample_store import CacheMismatchError, sample_table, write_store
+
+SEQ_LEN = 64
+
+
+def key(corpus: str, max_seq_len: int = SEQ_LEN) -> dict:
+    return {"model": None, "tokenizer": "tiny", "corpus": corpus, "max_seq_len": max_seq_len}
+
+
+@pytest.fixture(scope="module")
+def stores(tiny_assets, tmp_path_factory):
+    """Token stores of the tiny target (plus one empty record) and general corpora, cut to 64
+    tokens, and an entropy cache of the target with distinct values per token."""
+    d = tiny_assets / "qwen3"
+    tokenizer = qwen3_tokenizer(str(d / "vocab.json"), str(d / "merges.txt"), str(d / "tokenizer.json"))
+    target = tokenize_corpus(tokenizer, str(tiny_assets / "target.jsonl"), "text", SEQ_LEN)
+    target.insert(5, [])  # an empty record
+    general = tokenize_corpus(tokenizer, str(tiny_assets / "general.jsonl"), "text", SEQ_LEN)
+    root = tmp_path_factory.mktemp("stores")
+    rng = np.random.default_rng(0)
+    entropies = [np.r_[np.nan, rng.uniform(0, 8, len(s) - 1)] if s else np.zeros(0) for s in target]
+    paths = {
+        "target": write_store(str(root / "target"), "tokens", key("t"), [np.asarray(s, np.int32) for s in target],
+                              sample_table(target), 16).dir,
+        "entropy": write_store(str(root / "entropy"), "entropy", {**key("t"), "model": "m"}, entropies,
+                               sample_table(target), 16).dir,
+        "general": write_store(str(root / "general"), "tokens", key("g"), [np.asarray(s, np.int32) for s in general],
+                               sample_table(general), 256).dir,
+    }
+    return {k: str(v) for k, v in paths.items()}, target, general, entropies
+
+
+def loader(stores, global_batch_size=4, rank=0, world_size=1, ratio=0.6, seed=0):
+    paths = stores[0]
+    return build_loader(paths["target"], paths["entropy"], paths["general"], SEQ_LEN, global_batch_size,
+                        ratio, seed, rank, world_size)
+
+
+def take(it, n):
+    return [next(it) for _ in range(n)]
+
+
+def test_realized_ratio_stays_within_two_points_over_any_1000_steps(stores):
+    it = iter(loader(stores, global_batch_size=2))
+    per_step = np.array([[(b["domain"] == TARGET).sum().item(), (b["domain"] >= 0).sum().item()] for b in take(it, 1200)])
+    for start in range(0, 201, 50):
+        window = per_step[start : start + 1000].sum(0)
+        assert abs(window[0] / window[1] - 0.6) < 0.02, start
+
+
+def test_target_repeats_per_epoch_in_new_orders_and_general_never_repeats(stores):
+    _, target, general, _ = stores
+    stream = loader(stores).root
+    stream.reset()
+    draws = [stream._draw() for _ in range(3000)]
+    target_ids = [i for d, i in draws if d == TARGET]
+    n = sum(1 for s in target if s)
+    epochs = [target_ids[k * n : (k + 1) * n] for k in range(len(target_ids) // n)]
+    assert len(epochs) >= 3
+    for epoch in epochs:
+        assert sorted(epoch) == [i for i, s in enumerate(target) if s]
+    assert epochs[0] != epochs[1] != epochs[2]
+    general_ids = [i for d, i in draws if d == GENERAL]
+    assert len(general_ids) == len(set(general_ids)) and 5 not in target_ids
+    assert stream.num_empty == {"target": 1, "general": sum(1 for s in general if not s)}
+
+
+def test_rows_hold_whole_documents_with_shifted_labels_and_joined_entropy(stores):
+    _, target, general, entropies = stores
+    batch = next(iter(loader(stores)))
+    for r in range(batch["tokens"].shape[0]):
+        docs = batch["document_ids"][r]
+        for doc in docs.unique().tolist():
+            at = (docs == doc).nonzero().view(-1)
+            tokens = batch["tokens"][r, at]
+            if doc == -1:
+                assert (batch["domain"][r, at] == PADDING).all() and (batch["labels"][r, at] == IGNORE_INDEX).all()
+                continue
+            assert at.tolist() == list(range(at[0], at[0] + len(at)))  # contiguous
+            assert batch["input_pos"][r, at].tolist() == list(range(len(at)))
+            assert batch["labels"][r, at[:-1]].tolist() == tokens[1:].tolist() and batch["labels"][r, at[-1]] == IGNORE_INDEX
+            domain = batch["domain"][r, at[0]].item()
+            source = target if domain == TARGET else general
+            i = next(k for k, s in enumerate(source) if s == tokens.tolist())
+            if domain == TARGET:
+                expected = torch.from_numpy(entropies[i].astype(np.float16).astype(np.float32))
+                torch.testing.assert_close(batch["entropy"][r, at], expected, equal_nan=True)
+            else:
+                assert torch.isnan(batch["entropy"][r, at]).all()
+
+
+def test_ranks_split_each_global_batch_into_disjoint_parts(stores):
+    one = iter(loader(stores, global_batch_size=4))
+    ranks = [iter(loader(stores, global_batch_size=4, rank=r, world_size=2)) for r in range(2)]
+    for _ in range(6):
+        full = next(one)
+        parts = [next(r) for r in ranks]
+        for name in ("tokens", "labels", "entropy", "domain", "document_ids", "input_pos"):
+            torch.testing.assert_close(torch.cat([p[name] for p in parts]), full[name], equal_nan=True)
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_resume_mid_epoch_gives_the_same_batches(stores, world_size):
+    for rank in range(world_size):
+        uninterrupted = loader(stores, rank=rank, world_size=world_size)
+        it = iter(uninterrupted)
+        take(it, 7)
+        state = uninterrupted.state_dict()
+        expected = take(it, 5)
+        assert 0 < expected[0]["target_epoch"] % 1, "the test should resume mid-epoch"
+
+        resumed = loader(stores, rank=rank, world_size=world_size)
+        resumed.load_state_dict(state)
+        for want, got in zip(expected, take(iter(resumed), 5)):
+            for name in ("tokens", "labels", "entropy", "domain"):
+                torch.testing.assert_close(got[name], want[name], equal_nan=True)
+            assert got["target_epoch"] == want["target_epoch"]
+
+
+def test_another_seed_gives_another_stream(stores):
+    a, b = next(iter(loader(stores, seed=0))), next(iter(loader(stores, seed=1)))
+    assert not torch.equal(a["tokens"], b["tokens"])
+
+
+def test_a_cache_of_other_tokens_is_refused(stores, tmp_path):
+    paths, target, _, entropies = stores
+    other = [s[:-1] if i == 9 else s for i, s in enumerate(target)]
+    wrong = write_store(str(tmp_path / "e"), "entropy", {**key("t"), "model": "m"},
+                        [e[: len(s)] for e, s in zip(entropies, other)], sample_table(other), 16)
+    with pytest.raises(CacheMismatchError, match="first sample that differs: sample 9"):
+        build_loader(paths["target"], str(wrong.dir), paths["general"], SEQ_LEN, 4, 0.6, 0)
+
+
+def test_a_corrupted_token_shard_is_caught_at_its_sample(stores, tmp_path):
+    import shutil
+
+    paths, target, _, _ = stores
+    shutil.copytree(paths["target"], tmp_path / "t")
+    shard = tmp_path / "t" / "shard-00000" / "tokens.npy"
+    tokens = np.load(shard)
+    tokens[3] += 1  # inside sample 0
+    np.save(shard, tokens)
+    it = iter(build_loader(str(tmp_path / "t"), paths["entropy"], paths["general"], SEQ_LEN, 4, 0.6, 0))
+    with pytest.raises(CacheMismatchError, match="sample 0: computed for"):
+        take(it, 40)
+
+
+def test_bad_settings_are_reported_together(stores):
+    with pytest.raises(ValueError) as err:
+        build_loader(*stores[0].values(), seq_len=32, global_batch_size=3, target_ratio=1.5, seed=0, rank=0, world_size=2)
+    message = str(err.value)
+    assert "target_ratio=1.5 must be in (0, 1)" in message
+    assert "global_batch_size=3 is not a multiple of 2 processes" in message
+    assert "longer than seq_len=32" in message
+
+
+def test_budget_arithmetic():
+    budget = plan_budget(total_tokens=1_000_000, global_batch_size=8, seq_len=1024, target_ratio=0.6,
+                         target_tokens=50_000, general_tokens=10_000_000)
+    assert budget.num_steps == 122 and budget.tokens_per_step == 8192
+    assert budget.target_epochs == pytest.approx(0.6 * 122 * 8192 / 50_000)
+    assert "122 steps" in budget.describe()
+    with pytest.raises(ValueError, match="general corpus has 1000"):
+        plan_budget(1_000_000, 8, 1024, 0.6, 50_000, 1000)
+    with pytest.raises(ValueError, match="less than one step"):
+        plan_budget(100, 8, 1024, 0.6, 50_000, 10_000_000)
+
+
+def test_packed_documents_do_not_attend_to_each_other(stores, tiny_assets, make_tiny_assets):
+    torch.manual_seed(0)
+    model = qwen3(**make_tiny_assets.TINY_QWEN3).eval()
+    batch, row = next((b, r) for b in take(iter(loader(stores)), 300) for r in range(4)
+                      if b["document_ids"][r].max() >= 1)
+    tokens, docs = batch["tokens"][row : row + 1], batch["document_ids"][row : row + 1]
+    with torch.no_grad():
+        packed = model(tokens, mask=block_causal_mask(docs), input_pos=batch["input_pos"][row : row + 1])
+        for doc in range(int(docs.max()) + 1):
+            at = (docs[0] == doc).nonzero().view(-1)
+            alone = model(tokens[:, at])
+            torch.testing.assert_close(packed[:, at], alone, atol=1e-4, rtol=1e-5)
