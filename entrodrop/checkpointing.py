@@ -25,6 +25,7 @@ StateDict = Dict[str, torch.Tensor]
 
 INDEX_FNAME = "model.safetensors.index.json"
 SINGLE_FNAME = "model.safetensors"
+RECIPE_STATE_FNAME = "recipe_state.pt"
 # Weight files are rewritten on save; every other file of the source directory
 # (config.json, tokenizer files, generation_config.json...) is copied along.
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
@@ -103,8 +104,8 @@ class HFCheckpointer:
                 f"checkpointer.model_type={model_type!r} is not one of {sorted(CONVERTERS)}"
             )
         self._checkpoint_dir = Path(checkpoint_dir)
-        self._output_dir = Path(output_dir)
-        if self._checkpoint_dir.resolve() in [self._output_dir.resolve(), *self._output_dir.resolve().parents]:
+        self.output_dir = Path(output_dir)
+        if self._checkpoint_dir.resolve() in [self.output_dir.resolve(), *self.output_dir.resolve().parents]:
             raise ValueError(
                 f"checkpointer.output_dir={output_dir} is inside checkpoint_dir={checkpoint_dir}; "
                 "saving there would mix trained weights with the base model's"
@@ -133,13 +134,16 @@ class HFCheckpointer:
             merged.update(shard)
         return {"model": self._hf_to_tune(merged, self.config)}
 
-    def save_checkpoint(self, state_dict: Dict[str, StateDict], name: str) -> Path:
+    def save_checkpoint(self, state_dict: Dict[str, StateDict], name: str,
+                        recipe_state: Optional[Dict[str, object]] = None) -> Path:
         """Write ``state_dict["model"]`` as a Hugging Face directory ``output_dir/name``.
 
         The directory is built under a temporary name and renamed into place, so a reader
         never sees a partial checkpoint; an existing ``name`` is replaced only once the new
         one is complete. Non-weight files of the source directory (``config.json``,
         tokenizer files) are copied along, so the result loads in transformers as is.
+        ``recipe_state`` (optimizer, loader, step...) goes into the same directory as
+        ``recipe_state.pt``, so weights and training state are saved together or not at all.
 
         Returns:
             Path: the written directory.
@@ -149,9 +153,9 @@ class HFCheckpointer:
         for key, value in hf_state.items():
             shards.setdefault(self._weight_map.get(key, SINGLE_FNAME), {})[key] = value
 
-        self._output_dir.mkdir(parents=True, exist_ok=True)
-        final = self._output_dir / name
-        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=self._output_dir))
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        final = self.output_dir / name
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=self.output_dir))
         try:
             for src in self._checkpoint_dir.iterdir():
                 if src.is_file() and src.suffix not in _WEIGHT_SUFFIXES and src.name != INDEX_FNAME:
@@ -170,6 +174,8 @@ class HFCheckpointer:
                     "weight_map": {k: names[old] for old, sd in shards.items() for k in sd},
                 }
                 (tmp / INDEX_FNAME).write_text(json.dumps(index, indent=2))
+            if recipe_state is not None:
+                torch.save(recipe_state, tmp / RECIPE_STATE_FNAME)
             _replace_dir(tmp, final)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -187,3 +193,14 @@ def _replace_dir(src: Path, dst: Path) -> None:
         shutil.rmtree(old)
     else:
         os.replace(src, dst)
+
+
+def latest_checkpoint(output_dir: str) -> Optional[Path]:
+    """The ``step_<N>`` directory under ``output_dir`` with the largest N that holds a recipe
+    state, or None. Only complete checkpoints exist under that name (saves are atomic)."""
+    steps = [
+        (int(p.name.split("_", 1)[1]), p)
+        for p in Path(output_dir).glob("step_*")
+        if p.name.split("_", 1)[1].isdigit() and (p / RECIPE_STATE_FNAME).exists()
+    ]
+    return max(steps)[1] if steps else None

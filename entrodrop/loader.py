@@ -186,6 +186,21 @@ class MixedPackedStream(BaseNode[Dict[str, Any]]):
         return np.random.default_rng((self._seed, 0, epoch)).permutation(self._target_ids)
 
     @property
+    def rows(self) -> range:
+        """This rank's rows of each global batch."""
+        return self._rows
+
+    @property
+    def target_tokens(self) -> int:
+        """Tokens in the target corpus (one epoch)."""
+        return int(self._target_len.sum())
+
+    @property
+    def general_tokens(self) -> int:
+        """Tokens in the general corpus."""
+        return int(self._general_len.sum())
+
+    @property
     def target_epoch(self) -> float:
         """Passes over the target corpus so far, fractional."""
         return self._state["target_epoch"] + self._state["target_pos"] / len(self._target_ids)

@@ -1,0 +1,182 @@
+"""EntroDrop and the baselines it is compared with, as small functions of explicit inputs.
+
+Section 3 of the paper, for a target-domain sample X = [x_1 .. x_T] at training step j:
+
+- Eq. 5, the gate: g_t = 1 iff H(x_t) <= Percentile_k(H(X)), k = ``gate_percentile``
+  (``entropy_gate``); tokens without an entropy (a document's first token, general-domain
+  tokens, padding) are never gated.
+- Eq. 7, the curriculum: gamma_max(j) = gamma_max / (1 + exp(-sharpness * (j - midpoint)))
+  (``gamma_max_at``), and gamma_j ~ U(0, gamma_max(j)) (``draw_gamma``).
+- Eq. 6, the mask: P(m_t = 0) = gamma_j * g_t (``drop_mask``).
+- Eq. 4, the input: x~_t = m_t x_t + (1 - m_t) e_bar, e_bar the mean of the BASE model's token
+  embedding matrix (Appendix A.3; ``mean_embedding``, ``perturb_embeddings``). Labels never change.
+
+Randomness is a pure function of (seed, step, global row) (``row_generator``), so a resumed run
+draws the same masks and several processes draw, for their rows, what one process would.
+"""
+
+import hashlib
+import math
+from dataclasses import dataclass
+from typing import Callable, List, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+TARGETING = ("low", "high", "random")
+SCHEDULES = ("sigmoid", "static", "none")
+
+
+def row_generator(seed: int, step: int, row: int, device: torch.device = torch.device("cpu")) -> torch.Generator:
+    """The generator of one row of one step's global batch (``row=-1``: the step's own draws)."""
+    digest = hashlib.blake2b(f"{seed}/{step}/{row}".encode(), digest_size=8).digest()
+    return torch.Generator(device=device).manual_seed(int.from_bytes(digest, "little") >> 1)
+
+
+def gamma_max_at(step: int, gamma_max: float, schedule: str, sharpness: float, midpoint: float) -> float:
+    """gamma_max(j) of Eq. 7 (``sigmoid``), gamma_max throughout (``static``), or 0 (``none``).
+
+    Example:
+        >>> gamma_max_at(100, 0.1, "sigmoid", sharpness=0.05, midpoint=100)
+        0.05
+    """
+    if schedule == "none":
+        return 0.0
+    if schedule == "static":
+        return gamma_max
+    return gamma_max / (1.0 + math.exp(-sharpness * (step - midpoint)))
+
+
+def draw_gamma(gamma_max_j: float, generator: torch.Generator) -> float:
+    """gamma_j ~ U(0, gamma_max(j))."""
+    return gamma_max_j * torch.rand((), generator=generator, device=generator.device).item()
+
+
+def entropy_gate(entropy: torch.Tensor, document_ids: torch.Tensor, gate_percentile: float, targeting: str) -> torch.Tensor:
+    """``[b, s]`` bool: which tokens may be dropped (Eq. 5), per document of each packed row.
+
+    ``low``: entropy at or below the document's ``gate_percentile`` quantile; ``high``: at or
+    above its ``1 - gate_percentile`` quantile; ``random``: every token that has an entropy
+    (vanilla token dropout on the target domain). NaN entropy is never gated.
+
+    Example:
+        >>> h = torch.tensor([[float("nan"), 1.0, 5.0, 2.0, 9.0]])
+        >>> entropy_gate(h, torch.zeros(1, 5, dtype=torch.long), 0.5, "low").int()
+        tensor([[0, 1, 0, 1, 0]], dtype=torch.int32)
+    """
+    has_entropy = ~torch.isnan(entropy)
+    if targeting == "random":
+        return has_entropy
+    gate = torch.zeros_like(has_entropy)
+    for r in range(entropy.shape[0]):
+        for doc in document_ids[r][has_entropy[r]].unique():
+            at = (document_ids[r] == doc) & has_entropy[r]
+            h = entropy[r, at]
+            if targeting == "low":
+                gate[r, at] = h <= torch.quantile(h, gate_percentile)
+            else:
+                gate[r, at] = h >= torch.quantile(h, 1.0 - gate_percentile)
+    return gate
+
+
+def drop_mask(gate: torch.Tensor, gamma: float, generators: List[torch.Generator]) -> torch.Tensor:
+    """``[b, s]`` bool, Eq. 6: each gated token dropped independently with probability gamma,
+    row r drawn from ``generators[r]``."""
+    draws = torch.stack([torch.rand(gate.shape[1], generator=g) for g in generators])
+    return gate & (draws < gamma)
+
+
+@torch.no_grad()
+def mean_embedding(weight: torch.Tensor) -> torch.Tensor:
+    """e_bar: the mean of a ``[vocab, dim]`` embedding matrix, accumulated in fp32."""
+    return weight.float().mean(dim=0)
+
+
+def perturb_embeddings(x: torch.Tensor, drop: Optional[torch.Tensor], e_bar: torch.Tensor,
+                       noise: Optional[torch.Tensor]) -> torch.Tensor:
+    """Eq. 4 where ``drop`` is set (the embedding becomes e_bar exactly), plus NEFTune noise."""
+    if drop is not None:
+        x = torch.where(drop.unsqueeze(-1), e_bar.to(x.dtype), x)
+    if noise is not None:
+        x = x + noise.to(x.dtype)
+    return x
+
+
+def neftune_noise(valid: torch.Tensor, dim: int, alpha: float, generators: List[torch.Generator]) -> torch.Tensor:
+    """NEFTune: U(-1, 1) * alpha / sqrt(L * d) on each real token, L = the row's real tokens."""
+    rows = []
+    for r, g in enumerate(generators):
+        scale = alpha / math.sqrt(max(int(valid[r].sum()), 1) * dim)
+        u = torch.rand(valid.shape[1], dim, generator=g, device=g.device) * 2 - 1
+        rows.append(u * scale * valid[r].to(u.device).unsqueeze(-1))
+    return torch.stack(rows)
+
+
+@dataclass(frozen=True)
+class TokenDropout:
+    """The token-dropout settings of a run; ``plan`` draws one step's mask.
+
+    ``midpoint`` is in steps here; recipes convert a midpoint given in target epochs.
+    """
+
+    targeting: str
+    gate_percentile: float
+    schedule: str
+    gamma_max: float
+    sharpness: float
+    midpoint: float
+    seed: int
+
+    def plan(self, entropy: torch.Tensor, document_ids: torch.Tensor, step: int,
+             rows: range) -> Tuple[Optional[torch.Tensor], float, float]:
+        """(drop mask or None, gamma_max(j), gamma_j) for ``rows`` of the step's global batch."""
+        gamma_max_j = gamma_max_at(step, self.gamma_max, self.schedule, self.sharpness, self.midpoint)
+        gamma = draw_gamma(gamma_max_j, row_generator(self.seed, step, -1))
+        if gamma == 0.0:
+            return None, gamma_max_j, gamma
+        gate = entropy_gate(entropy, document_ids, self.gate_percentile, self.targeting)
+        generators = [row_generator(self.seed, step, r) for r in rows]
+        return drop_mask(gate, gamma, generators), gamma_max_j, gamma
+
+
+class EmbeddingHook:
+    """A forward hook on the token embedding that applies a per-step function to its output.
+
+    A hook, rather than a wrapper module, keeps the state-dict keys, the tied output
+    projection, FSDP2's sharding of the embedding and activation checkpointing untouched.
+    ``set(fn)`` before a forward; ``set(None)`` for an unperturbed one (evaluation).
+    """
+
+    def __init__(self, embedding: nn.Module) -> None:
+        self._fn: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
+        self._handle = embedding.register_forward_hook(lambda module, args, out: out if self._fn is None else self._fn(out))
+
+    def set(self, fn: Optional[Callable[[torch.Tensor], torch.Tensor]]) -> None:
+        self._fn = fn
+
+
+def add_hidden_dropout(model: nn.Module, p: float) -> None:
+    """Dropout at rate ``p`` on the output of every attention and MLP block, before the residual
+    add (hidden dropout as in Megatron-LM); active only in training mode."""
+    for layer in model.layers:
+        for block in (layer.attn, layer.mlp):
+            block.register_forward_hook(lambda module, args, out: F.dropout(out, p, module.training))
+
+
+def validate_settings(*, targeting: str, gate_percentile: float, schedule: str, gamma_max: float,
+                      sharpness: float, midpoint: float, midpoint_unit: str, neftune_alpha: float,
+                      hidden_dropout: float) -> List[str]:
+    """Every invalid method setting, as ``"key=value: why"`` lines (empty when all are valid)."""
+    checks = [
+        (targeting in TARGETING, f"token_dropout.targeting={targeting!r} must be one of {TARGETING}"),
+        (0 < gate_percentile <= 1, f"token_dropout.gate_percentile={gate_percentile} must be in (0, 1]"),
+        (schedule in SCHEDULES, f"token_dropout.schedule={schedule!r} must be one of {SCHEDULES}"),
+        (0 <= gamma_max <= 1, f"token_dropout.gamma_max={gamma_max} must be in [0, 1]"),
+        (sharpness > 0, f"token_dropout.sharpness={sharpness} must be positive"),
+        (midpoint >= 0, f"token_dropout.midpoint={midpoint} must be >= 0"),
+        (midpoint_unit in ("steps", "epochs"), f"token_dropout.midpoint_unit={midpoint_unit!r} must be 'steps' or 'epochs'"),
+        (neftune_alpha >= 0, f"neftune_alpha={neftune_alpha} must be >= 0 (0 turns NEFTune off)"),
+        (0 <= hidden_dropout < 1, f"hidden_dropout={hidden_dropout} must be in [0, 1)"),
+    ]
+    return [message for ok, message in checks if not ok]

@@ -1,0 +1,215 @@
+"""Continual pre-training with entropy-guided token dropout (EntroDrop), on one device.
+
+    tune run recipes/entrodrop_single_device.py --config configs/tiny/qwen3_entrodrop_single_device.yaml
+
+The mixed target/general stream comes from ``entrodrop.loader`` (token stores + entropy
+cache); each step the target tokens of the batch get their drop mask (``entrodrop.method``),
+a forward hook on the token embedding puts e_bar at the dropped positions, and the usual
+forward and backward run. The baselines of the paper are settings of the same recipe:
+``token_dropout.targeting`` (low | high | random), ``token_dropout.schedule``
+(sigmoid | static | none), ``neftune_alpha``, ``hidden_dropout`` and the optimizer's
+``weight_decay``. Checkpoints are Hugging Face directories with the training state beside the
+weights; ``resume: True`` continues from the latest one exactly where it stopped.
+
+The distributed recipe (recipes/entrodrop_distributed.py) is a deliberate copy with FSDP2.
+"""
+
+import math
+import sys
+import time
+from functools import partial
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig
+from torchtune import config, training, utils
+from torchtune.modules import TransformerSelfAttentionLayer
+
+from entrodrop.checkpointing import HFCheckpointer, latest_checkpoint
+from entrodrop.loader import TARGET, block_causal_mask, build_loader, plan_budget
+from entrodrop.method import (
+    EmbeddingHook,
+    TokenDropout,
+    add_hidden_dropout,
+    mean_embedding,
+    neftune_noise,
+    perturb_embeddings,
+    row_generator,
+    validate_settings,
+)
+from entrodrop.models.hf_config import check_matches_checkpoint
+
+log = utils.get_logger("INFO")
+
+
+class EntroDropRecipeSingleDevice:
+    """Setup, the train loop, checkpoints; every value read from ``cfg`` is in the YAML."""
+
+    def __init__(self, cfg: DictConfig) -> None:
+        td = cfg.token_dropout
+        problems = validate_settings(
+            targeting=td.targeting, gate_percentile=td.gate_percentile, schedule=td.schedule,
+            gamma_max=td.gamma_max, sharpness=td.sharpness, midpoint=td.midpoint,
+            midpoint_unit=td.midpoint_unit, neftune_alpha=cfg.neftune_alpha, hidden_dropout=cfg.hidden_dropout,
+        )
+        if not 0 < cfg.data.target_ratio < 1:
+            problems.append(f"data.target_ratio={cfg.data.target_ratio} must be in (0, 1)")
+        if cfg.global_batch_size % cfg.gradient_accumulation_steps:
+            problems.append(f"global_batch_size={cfg.global_batch_size} is not a multiple of "
+                            f"gradient_accumulation_steps={cfg.gradient_accumulation_steps}")
+        for key in ("save_every_n_steps", "total_tokens", "global_batch_size"):
+            if not cfg[key] > 0:
+                problems.append(f"{key}={cfg[key]} must be positive")
+        for key in ("target_tokens", "target_entropy", "general_tokens"):
+            if not (Path(cfg.data[key]) / "manifest.json").exists():
+                problems.append(f"data.{key}={cfg.data[key]} holds no store (run the tokenize / precompute recipes)")
+        if problems:
+            raise ValueError("invalid EntroDrop config:\n  " + "\n  ".join(problems))
+        self._device = utils.get_device(cfg.device)
+        self._dtype = training.get_dtype(cfg.dtype, device=self._device)
+        self._seed = training.set_seed(cfg.seed)
+        self._output_dir = Path(cfg.output_dir)
+        self._grad_accum = cfg.gradient_accumulation_steps
+        self._clip_grad_norm = cfg.clip_grad_norm
+        self._save_every = cfg.save_every_n_steps
+        self._log_every = cfg.log_every_n_steps
+        self._neftune_alpha = cfg.neftune_alpha
+
+    def setup(self, cfg: DictConfig) -> None:
+        base = config.instantiate(cfg.checkpointer)
+        resume_dir = latest_checkpoint(base.output_dir) if cfg.resume else None
+        if cfg.resume and resume_dir is None:
+            raise FileNotFoundError(f"resume=True but {base.output_dir} has no step_<N> checkpoint")
+        source = HFCheckpointer(str(resume_dir), cfg.checkpointer.model_type, cfg.checkpointer.output_dir) if resume_dir else base
+        model_sd = source.load_checkpoint()["model"]
+        state = torch.load(resume_dir / "recipe_state.pt", weights_only=False) if resume_dir else None
+
+        # e_bar is the mean of the BASE model's embedding matrix: computed once, then carried in
+        # the recipe state, never recomputed from trained weights.
+        self._e_bar = (state["e_bar"] if state else mean_embedding(model_sd["tok_embeddings.weight"])).to(self._device)
+        self._model = self._setup_model(cfg, model_sd, base.config, f"{cfg.checkpointer.checkpoint_dir}/config.json")
+        self._checkpointer = base
+        self._embedding_hook = EmbeddingHook(self._model.tok_embeddings)
+        self._loss_fn = config.instantiate(cfg.loss)
+        self._model.set_num_output_chunks(self._loss_fn.num_output_chunks)
+
+        self._loader = build_loader(cfg.data.target_tokens, cfg.data.target_entropy, cfg.data.general_tokens,
+                                    cfg.data.seq_len, cfg.global_batch_size, cfg.data.target_ratio, self._seed)
+        stream = self._loader.root
+        budget = plan_budget(cfg.total_tokens, cfg.global_batch_size, cfg.data.seq_len, cfg.data.target_ratio,
+                             stream.target_tokens, stream.general_tokens)
+        log.info(f"budget: {budget.describe()}; empty samples skipped: {stream.num_empty}")
+        self._num_steps = budget.num_steps
+        steps_per_epoch = budget.num_steps / budget.target_epochs
+        td = cfg.token_dropout
+        midpoint = td.midpoint * steps_per_epoch if td.midpoint_unit == "epochs" else td.midpoint
+        self._dropout = TokenDropout(td.targeting, td.gate_percentile, td.schedule, td.gamma_max,
+                                     td.sharpness, midpoint, self._seed)
+
+        self._optimizer = config.instantiate(cfg.optimizer, self._model.parameters())
+        self._lr_scheduler = config.instantiate(cfg.lr_scheduler, self._optimizer, num_training_steps=self._num_steps)
+        self._step = 0
+        if state:
+            self._optimizer.load_state_dict(state["optimizer"])
+            self._lr_scheduler.load_state_dict(state["lr_scheduler"])
+            self._loader.load_state_dict(state["loader"])
+            torch.set_rng_state(state["rng"])
+            self._step = state["step"]
+            log.info(f"resumed from {resume_dir} at step {self._step}")
+        self._metric_logger = config.instantiate(cfg.metric_logger)
+        self._metric_logger.log_config(cfg)
+
+    def _setup_model(self, cfg: DictConfig, model_sd: dict, hf_config: dict, config_path: str) -> torch.nn.Module:
+        with training.set_default_dtype(self._dtype), self._device:
+            model = config.instantiate(cfg.model)
+        check_matches_checkpoint(model, hf_config, config_path)
+        model.load_state_dict(model_sd, strict=True)
+        if cfg.hidden_dropout > 0:
+            add_hidden_dropout(model, cfg.hidden_dropout)
+        if cfg.enable_activation_checkpointing:
+            training.set_activation_checkpointing(model, auto_wrap_policy={TransformerSelfAttentionLayer})
+        if cfg.compile:
+            training.compile_model(model)
+        return model
+
+    def _perturbation(self, batch: dict, step: int, rows: range):
+        """This step's drop mask and NEFTune noise for ``rows`` of the global batch, its gammas,
+        and (dropped, all) target-token counts."""
+        drop, gamma_max_j, gamma = self._dropout.plan(batch["entropy"], batch["document_ids"], step, rows)
+        noise = None
+        if self._neftune_alpha > 0:
+            gens = [row_generator(self._seed, step, r, self._device) for r in rows]
+            noise = neftune_noise(batch["domain"] >= 0, self._e_bar.numel(), self._neftune_alpha, gens)
+        target = batch["domain"] == TARGET
+        counts = [float(drop[target].sum()) if drop is not None else 0.0, float(target.sum())]
+        return drop, noise, {"gamma_max": gamma_max_j, "gamma": gamma}, counts
+
+    def _loss_sum(self, batch: dict) -> torch.Tensor:
+        """Summed next-token loss of a micro-batch (labels are already shifted by the loader)."""
+        batch = {k: v.to(self._device) for k, v in batch.items()}
+        logits = self._model(batch["tokens"], mask=block_causal_mask(batch["document_ids"]), input_pos=batch["input_pos"])
+        return self._loss_fn(logits, batch["labels"]) * (batch["labels"] != self._loss_fn.ignore_index).sum()
+
+    def train(self) -> None:
+        self._model.train()
+        data = iter(self._loader)
+        epoch = self._loader.root.target_epoch
+        while self._step < self._num_steps:
+            start, batch = time.perf_counter(), next(data)
+            tensors = {k: batch[k] for k in ("tokens", "labels", "document_ids", "input_pos")}
+            num_tokens = int((batch["labels"] != self._loss_fn.ignore_index).sum())
+            drop, noise, stats, (dropped, targets) = self._perturbation(batch, self._step, self._loader.root.rows)
+            rows, loss_sum = batch["tokens"].shape[0] // self._grad_accum, 0.0
+            for m in range(self._grad_accum):
+                part = slice(m * rows, (m + 1) * rows)
+                # EntroDrop enters here: the embedding hook puts e_bar at the dropped positions.
+                self._embedding_hook.set(partial(perturb_embeddings, e_bar=self._e_bar,
+                                                 drop=None if drop is None else drop[part].to(self._device),
+                                                 noise=None if noise is None else noise[part]))
+                loss = self._loss_sum({k: v[part] for k, v in tensors.items()})
+                (loss / num_tokens).backward()
+                loss_sum += loss.item()
+            self._embedding_hook.set(None)
+            loss = loss_sum / num_tokens
+            if not math.isfinite(loss):
+                raise RuntimeError(f"loss is {loss} at step {self._step + 1}; stopping. The last good checkpoint "
+                                   f"is {latest_checkpoint(self._checkpointer.output_dir)}")
+            grad_norm = torch.nn.utils.clip_grad_norm_(self._model.parameters(), self._clip_grad_norm)
+            self._optimizer.step()
+            self._optimizer.zero_grad(set_to_none=True)
+            self._lr_scheduler.step()
+            self._step += 1
+            if self._step % self._log_every == 0:
+                self._metric_logger.log_dict({
+                    "loss": loss, "lr": training.get_lr(self._optimizer), **stats,
+                    "target_dropped": dropped / max(targets, 1.0),
+                    "grad_norm": float(grad_norm), "target_epoch": batch["target_epoch"],
+                    "tokens_per_second": num_tokens / (time.perf_counter() - start),
+                }, step=self._step)
+            epoch_ended, epoch = math.floor(batch["target_epoch"]) > math.floor(epoch), batch["target_epoch"]
+            if self._step % self._save_every == 0 or epoch_ended or self._step == self._num_steps:
+                self.save_checkpoint()
+
+    def save_checkpoint(self) -> None:
+        state = {
+            "step": self._step, "seed": self._seed, "e_bar": self._e_bar.cpu(),
+            "optimizer": self._optimizer.state_dict(), "lr_scheduler": self._lr_scheduler.state_dict(),
+            "loader": self._loader.state_dict(), "rng": torch.get_rng_state(),
+        }
+        path = self._checkpointer.save_checkpoint({"model": self._model.state_dict()}, f"step_{self._step}", state)
+        log.info(f"checkpoint: {path}")
+
+    def cleanup(self) -> None:
+        self._metric_logger.close()
+
+
+@config.parse
+def recipe_main(cfg: DictConfig) -> None:
+    recipe = EntroDropRecipeSingleDevice(cfg)
+    recipe.setup(cfg)
+    recipe.train()
+    recipe.cleanup()
+
+
+if __name__ == "__main__":
+    sys.exit(recipe_main())

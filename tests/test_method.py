@@ -1,0 +1,154 @@
+"""The method on seeded tiny inputs: schedule, gate, mask statistics, e_bar, baselines."""
+
+import math
+
+import pytest
+import torch
+
+from entrodrop.method import (
+    EmbeddingHook,
+    TokenDropout,
+    add_hidden_dropout,
+    draw_gamma,
+    drop_mask,
+    entropy_gate,
+    gamma_max_at,
+    mean_embedding,
+    neftune_noise,
+    perturb_embeddings,
+    row_generator,
+    validate_settings,
+)
+from entrodrop.models.qwen3 import qwen3
+
+NAN = float("nan")
+
+
+def test_schedule_values_at_chosen_steps():
+    assert gamma_max_at(0, 0.1, "sigmoid", sharpness=0.1, midpoint=50) == pytest.approx(0.1 / (1 + math.exp(5)))
+    assert gamma_max_at(50, 0.1, "sigmoid", sharpness=0.1, midpoint=50) == pytest.approx(0.05)
+    assert gamma_max_at(100, 0.1, "sigmoid", sharpness=0.1, midpoint=50) == pytest.approx(0.1 / (1 + math.exp(-5)))
+    assert gamma_max_at(10_000, 0.1, "sigmoid", sharpness=0.1, midpoint=50) == pytest.approx(0.1)
+    assert gamma_max_at(0, 0.1, "static", sharpness=0.1, midpoint=50) == 0.1
+    assert gamma_max_at(99, 0.1, "none", sharpness=0.1, midpoint=50) == 0.0
+
+
+def test_gamma_is_uniform_below_its_bound():
+    draws = [draw_gamma(0.2, row_generator(0, step, -1)) for step in range(4000)]
+    assert all(0 <= d <= 0.2 for d in draws)
+    assert sum(draws) / len(draws) == pytest.approx(0.1, abs=0.005)  # U(0, 0.2) has mean 0.1, sd 0.058
+
+
+def packed_entropy(gen):
+    """Two rows, each with two documents of different lengths; NaN first tokens, a general
+    document (all NaN) and padding (NaN, id -1)."""
+    h = torch.rand(2, 40, generator=gen) * 8
+    docs = torch.tensor([[0] * 15 + [1] * 25, [0] * 22 + [1] * 10 + [-1] * 8])
+    h[0, 0] = h[0, 15] = h[1, 0] = NAN
+    h[1, 22:] = NAN  # document 1 of row 1 is general-domain, then padding
+    return h, docs
+
+
+def test_low_gate_is_the_bottom_of_each_document():
+    h, docs = packed_entropy(torch.Generator().manual_seed(0))
+    gate = entropy_gate(h, docs, 0.5, "low")
+    assert not gate[torch.isnan(h)].any()
+    for r, doc in [(0, 0), (0, 1), (1, 0)]:
+        at = (docs[r] == doc) & ~torch.isnan(h[r])
+        values, gated = h[r, at], gate[r, at]
+        assert gated.sum() == math.ceil(at.sum() / 2) or gated.sum() == at.sum() // 2 + 1
+        assert values[gated].max() <= values[~gated].min()
+    high = entropy_gate(h, docs, 0.3, "high")
+    at = (docs[0] == 1) & ~torch.isnan(h[0])
+    assert h[0, at][high[0, at]].min() >= h[0, at][~high[0, at]].max()
+    assert torch.equal(entropy_gate(h, docs, 0.5, "random"), ~torch.isnan(h))
+
+
+def test_drop_fraction_matches_expected_gamma_times_gated_fraction():
+    gen = torch.Generator().manual_seed(1)
+    h, docs = packed_entropy(gen)
+    method = TokenDropout("low", 0.5, "static", gamma_max=0.2, sharpness=1.0, midpoint=0.0, seed=3)
+    gate = entropy_gate(h, docs, 0.5, "low")
+    dropped, gated, steps = 0, int(gate.sum()), 3000
+    for step in range(steps):
+        drop, gamma_max_j, gamma = method.plan(h, docs, step, range(2))
+        assert gamma_max_j == 0.2 and 0 <= gamma <= 0.2
+        assert not (drop & ~gate).any(), "a dropped position that is not gated"
+        assert not drop[torch.isnan(h)].any(), "a general, first or padding token dropped"
+        dropped += int(drop.sum())
+    expected = 0.1 * gated * steps  # E[gamma_j] = gamma_max / 2
+    sd = math.sqrt(expected * (1 - 0.1))
+    assert abs(dropped - expected) < 4 * sd + 0.02 * expected
+
+
+def test_masks_depend_on_global_rows_not_on_how_they_are_split():
+    h, docs = packed_entropy(torch.Generator().manual_seed(2))
+    method = TokenDropout("low", 0.5, "static", 0.5, 1.0, 0.0, seed=0)
+    whole, _, _ = method.plan(h, docs, 7, range(2))
+    top, _, _ = method.plan(h[:1], docs[:1], 7, range(0, 1))
+    bottom, _, _ = method.plan(h[1:], docs[1:], 7, range(1, 2))
+    assert torch.equal(whole, torch.cat([top, bottom]))
+    again, _, _ = method.plan(h, docs, 7, range(2))
+    other, _, _ = method.plan(h, docs, 8, range(2))
+    assert torch.equal(whole, again) and not torch.equal(whole, other)
+
+
+def test_no_schedule_draws_nothing():
+    h, docs = packed_entropy(torch.Generator().manual_seed(3))
+    drop, gamma_max_j, gamma = TokenDropout("low", 0.5, "none", 0.1, 1.0, 0.0, 0).plan(h, docs, 5, range(2))
+    assert drop is None and gamma_max_j == gamma == 0.0
+
+
+def test_dropped_embeddings_are_e_bar_exactly_and_the_rest_untouched():
+    torch.manual_seed(0)
+    model = qwen3(vocab_size=50, num_layers=1, num_heads=2, num_kv_heads=1, embed_dim=8, intermediate_dim=16,
+                  max_seq_len=16, tie_word_embeddings=True)
+    e_bar = mean_embedding(model.tok_embeddings.weight)
+    torch.testing.assert_close(e_bar, model.tok_embeddings.weight.mean(0))
+    tokens = torch.randint(0, 50, (2, 6))
+    drop = torch.zeros(2, 6, dtype=torch.bool)
+    drop[0, 2] = drop[1, 4] = True
+    hook = EmbeddingHook(model.tok_embeddings)
+    hook.set(lambda x: perturb_embeddings(x, drop, e_bar, None))
+    out = model.tok_embeddings(tokens)
+    assert torch.equal(out[drop], e_bar.expand(2, 8))
+    assert torch.equal(out[~drop], model.tok_embeddings.weight[tokens][~drop])
+    # The tied output projection still uses the real embedding matrix.
+    assert model.output.tied_module.weight is model.tok_embeddings.weight
+    hook.set(None)
+    assert torch.equal(model.tok_embeddings(tokens), model.tok_embeddings.weight[tokens])
+    assert list(model.state_dict())[0] == "tok_embeddings.weight"
+
+
+def test_neftune_noise_scale_counts_real_tokens_only():
+    valid = torch.tensor([[True] * 10 + [False] * 6, [True] * 16])
+    noise = neftune_noise(valid, dim=32, alpha=5.0, generators=[row_generator(0, 1, r) for r in range(2)])
+    assert noise[0, 10:].abs().max() == 0
+    for r, length in [(0, 10), (1, 16)]:
+        bound = 5.0 / math.sqrt(length * 32)
+        assert noise[r, :length].abs().max() <= bound and noise[r, :length].abs().max() > 0.9 * bound
+
+
+def test_hidden_dropout_only_in_training():
+    torch.manual_seed(0)
+    model = qwen3(vocab_size=50, num_layers=2, num_heads=2, num_kv_heads=1, embed_dim=8, intermediate_dim=16, max_seq_len=16)
+    tokens = torch.randint(0, 50, (1, 6))
+    reference = model.eval()(tokens)
+    add_hidden_dropout(model, 0.5)
+    assert torch.equal(model.eval()(tokens), reference)
+    assert not torch.allclose(model.train()(tokens), reference)
+
+
+def test_every_invalid_setting_is_reported():
+    problems = validate_settings(targeting="middle", gate_percentile=0.0, schedule="cosine", gamma_max=1.5,
+                                 sharpness=0.0, midpoint=-1, midpoint_unit="days", neftune_alpha=-1,
+                                 hidden_dropout=1.0)
+    assert len(problems) == 9
+    assert validate_settings(targeting="low", gate_percentile=1.0, schedule="sigmoid", gamma_max=0.0, sharpness=1,
+                             midpoint=0, midpoint_unit="epochs", neftune_alpha=5, hidden_dropout=0.1) == []
+
+
+def test_drop_mask_rows_use_their_own_generators():
+    gate = torch.ones(2, 1000, dtype=torch.bool)
+    mask = drop_mask(gate, 0.3, [row_generator(0, 0, 0), row_generator(0, 0, 1)])
+    assert 0.25 < mask.float().mean() < 0.35 and not torch.equal(mask[0], mask[1])
