@@ -23,7 +23,46 @@ def test_config_validates_and_names_its_recipe(path):
     config.validate(cfg)  # what `tune validate` runs: every _component_ resolves and binds
     OmegaConf.to_container(cfg, resolve=True)  # every ${...} interpolation resolves
     launches = LAUNCH.findall(path.read_text())
-    assert launches, f"{path} does not open with the `tune run` command that launches it"
+    assert path.relative_to(REPO).as_posix() in [c for _, c in launches], (
+        f"{path} does not open with the `tune run` command that launches it")
     for recipe, config_path in launches:
         assert (REPO / recipe).is_file(), recipe
-        assert config_path == path.relative_to(REPO).as_posix()
+        assert (REPO / config_path).is_file(), config_path
+
+
+ABLATION_SWITCHES = {
+    "targeting_high": {"token_dropout.targeting": "high"},
+    "targeting_random": {"token_dropout.targeting": "random"},
+    "schedule_static": {"token_dropout.schedule": "static"},
+    "baseline": {"token_dropout.schedule": "none"},
+    "neftune": {"token_dropout.schedule": "none", "neftune_alpha": 5.0},
+    "hidden_dropout": {"token_dropout.schedule": "none", "hidden_dropout": 0.1},
+    "weight_decay": {"token_dropout.schedule": "none", "optimizer.weight_decay": 0.1},
+}
+
+
+def flatten(node, prefix=""):
+    if isinstance(node, dict):
+        return {k: v for key, value in node.items() for k, v in flatten(value, f"{prefix}{key}.").items()}
+    return {prefix[:-1]: node}
+
+
+@pytest.mark.parametrize("name", ABLATION_SWITCHES)
+def test_each_ablation_differs_from_the_main_run_only_in_its_switch(name):
+    main = flatten(OmegaConf.to_container(OmegaConf.load(REPO / "configs/qwen3/0.6B_entrodrop_single_device.yaml")))
+    ablation = flatten(OmegaConf.to_container(
+        OmegaConf.load(REPO / f"configs/ablations/qwen3_0.6B_{name}_single_device.yaml")))
+    assert ablation.keys() == main.keys()
+    differs = {k: ablation[k] for k in main if ablation[k] != main[k] and k != "output_dir"}
+    assert differs == ABLATION_SWITCHES[name]
+
+
+def test_paper_settings_are_the_defaults():
+    paths = [*(REPO / "configs").glob("*/*_entrodrop_*.yaml"), *(REPO / "configs/ablations").glob("*.yaml")]
+    paths = [p for p in paths if p.parent.name != "tiny"]
+    assert len(paths) == 6 + 7
+    for path in paths:
+        cfg = OmegaConf.load(path)
+        assert (cfg.data.seq_len, cfg.data.target_ratio, cfg.global_batch_size) == (4096, 0.6, 512), path
+        assert (cfg.optimizer.lr, cfg.token_dropout.gamma_max, cfg.token_dropout.gate_percentile) == (1e-5, 0.1, 0.5)
+        assert cfg.lr_scheduler._component_.endswith("get_cosine_schedule_with_warmup")

@@ -1,0 +1,151 @@
+"""The EntroDrop recipes through the real `tune run`: one and two processes agree, a SIGKILLed
+run resumes to the same losses bitwise, every baseline switch runs, bad settings fail early."""
+
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import REPO, TUNE
+
+SINGLE = "configs/tiny/qwen3_entrodrop_single_device.yaml"
+DISTRIBUTED = "configs/tiny/qwen3_entrodrop_distributed.yaml"
+
+
+@pytest.fixture(scope="module")
+def data(tiny_assets, tune_run, tmp_path_factory):
+    """Token stores and entropy cache of the tiny corpora, as `make demo` builds them."""
+    root = tmp_path_factory.mktemp("data")
+    result = tune_run("recipes/tokenize_corpus.py", "--config", "configs/tiny/qwen3_tokenize.yaml",
+                      f"corpora.target.store_dir={root}/target", f"corpora.general.store_dir={root}/general")
+    assert result.returncode == 0, result.stderr[-3000:]
+    result = tune_run("recipes/precompute_entropy.py", "--config", "configs/tiny/qwen3_precompute_entropy.yaml",
+                      f"cache_dir={root}/entropy")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return [f"data.target_tokens={root}/target", f"data.target_entropy={root}/entropy",
+            f"data.general_tokens={root}/general"]
+
+
+def train_args(config: str, data: list, out: Path, *overrides: str) -> list:
+    return ["recipes/" + Path(config).stem.split("qwen3_")[1] + ".py", "--config", config,
+            f"output_dir={out}", *data, *overrides]
+
+
+def logged(out: Path) -> dict:
+    """step -> the metrics it logged (the last line for a step logged twice)."""
+    steps = {}
+    for log in sorted((out / "logs").glob("log_*.txt")):
+        for line in log.read_text().splitlines():
+            step, rest = re.match(r"Step (\d+) \| (.*)", line).groups()
+            steps[int(step)] = dict(item.split(":", 1) for item in rest.split())
+    return steps
+
+
+def run(tune_run, *args, nproc=1):
+    result = tune_run(*args, nproc=nproc)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return result
+
+
+def test_two_processes_train_like_one(data, tune_run, tmp_path):
+    steps = ["total_tokens=12288"]  # 6 steps of 8 x 256
+    run(tune_run, *train_args(SINGLE, data, tmp_path / "one", *steps))
+    run(tune_run, *train_args(DISTRIBUTED, data, tmp_path / "two", *steps), nproc=2)
+    one, two = logged(tmp_path / "one"), logged(tmp_path / "two")
+    assert sorted(one) == sorted(two) == list(range(1, 7))
+    for step in one:
+        assert {"loss", "lr", "gamma_max", "gamma", "target_dropped", "tokens_per_second", "target_epoch"} <= one[step].keys()
+        assert float(two[step]["loss"]) == pytest.approx(float(one[step]["loss"]), rel=1e-5)
+        for key in ("gamma_max", "gamma", "target_dropped", "lr"):
+            assert float(two[step][key]) == pytest.approx(float(one[step][key]), rel=1e-6), key
+    assert any(float(one[s]["target_dropped"]) > 0 for s in one), "no token was ever dropped"
+
+
+def kill_at_checkpoint(args, out: Path, nproc: int) -> None:
+    launcher = ["--nproc_per_node", str(nproc)] if nproc > 1 else []
+    proc = subprocess.Popen([TUNE, "run", *launcher, *args], cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    deadline = time.monotonic() + 300
+    while not (out / "checkpoints" / "step_6").exists() and time.monotonic() < deadline:
+        time.sleep(0.002)
+    os.killpg(proc.pid, signal.SIGKILL)  # the launcher and every worker
+    proc.wait()
+    assert not (out / "checkpoints" / "step_30").exists(), "the run ended before it was killed"
+
+
+@pytest.mark.parametrize("config, nproc", [(SINGLE, 1), (DISTRIBUTED, 2)])
+def test_sigkill_and_resume_logs_the_same_losses(data, tune_run, tmp_path, config, nproc):
+    settings = ["total_tokens=61440", "save_every_n_steps=3"]  # 30 steps, about 2.8 target epochs
+    run(tune_run, *train_args(config, data, tmp_path / "straight", *settings), nproc=nproc)
+    killed = tmp_path / "killed"
+    kill_at_checkpoint(train_args(config, data, killed, *settings), killed, nproc)
+    first = logged(killed)
+    run(tune_run, *train_args(config, data, killed, *settings, "resume=True"), nproc=nproc)
+    straight, resumed = logged(tmp_path / "straight"), logged(killed)
+    assert sorted(resumed) == sorted(straight) == list(range(1, 31))
+    assert 6 <= max(first) < 30
+    for step in straight:
+        for key in ("loss", "gamma", "target_dropped", "grad_norm", "target_epoch"):
+            assert resumed[step][key] == straight[step][key], (step, key)  # bitwise: same repr
+        if step in first:
+            assert first[step]["loss"] == straight[step]["loss"]
+
+
+SWITCHES = {
+    "high-entropy targeting": ["token_dropout.targeting=high"],
+    "random targeting": ["token_dropout.targeting=random"],
+    "static schedule": ["token_dropout.schedule=static"],
+    "no dropout": ["token_dropout.schedule=none"],
+    "neftune": ["neftune_alpha=5.0"],
+    "hidden dropout": ["hidden_dropout=0.1"],
+    "weight decay": ["optimizer.weight_decay=0.1"],
+    "activation checkpointing and compile": ["enable_activation_checkpointing=True", "compile=True"],
+}
+
+
+@pytest.mark.parametrize("switch", SWITCHES)
+def test_every_baseline_switch_runs(data, tune_run, tmp_path, switch):
+    run(tune_run, *train_args(SINGLE, data, tmp_path, "total_tokens=6144", *SWITCHES[switch]))
+    steps = logged(tmp_path)
+    assert sorted(steps) == [1, 2, 3] and all(torch.isfinite(torch.tensor(float(s["loss"]))) for s in steps.values())
+    if switch == "no dropout":
+        assert all(float(s["target_dropped"]) == 0.0 for s in steps.values())
+    assert (tmp_path / "checkpoints" / "step_3" / "model.safetensors").exists()
+
+
+def test_checkpoints_load_in_transformers(data, tune_run, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    run(tune_run, *train_args(SINGLE, data, tmp_path, "total_tokens=4096"))
+    model = transformers.Qwen3ForCausalLM.from_pretrained(tmp_path / "checkpoints" / "step_2")
+    assert torch.isfinite(model(torch.tensor([[1, 2, 3]])).logits).all()
+
+
+def test_invalid_settings_are_reported_together_before_any_compute(data, tune_run, tmp_path):
+    result = tune_run(*train_args(SINGLE, data, tmp_path, "token_dropout.gamma_max=1.5",
+                                  "token_dropout.gate_percentile=0", "data.target_ratio=1.5",
+                                  f"data.target_entropy={tmp_path}/missing"))
+    assert result.returncode != 0
+    for message in ("gamma_max=1.5 must be in [0, 1]", "gate_percentile=0 must be in (0, 1]",
+                    "target_ratio=1.5 must be in (0, 1)", "missing holds no store"):
+        assert message in result.stderr, message
+    assert not (tmp_path / "checkpoints").exists() and not (tmp_path / "logs").exists()
+
+
+def test_a_diverging_loss_stops_the_run_and_keeps_the_last_checkpoint(data, tune_run, tmp_path):
+    from entrodrop.checkpointing import HFCheckpointer
+
+    result = tune_run(*train_args(SINGLE, data, tmp_path, "total_tokens=20480", "save_every_n_steps=1",
+                                  "optimizer.lr=1e30", "clip_grad_norm=1e30", "lr_scheduler.num_warmup_steps=0"))
+    assert result.returncode != 0
+    match = re.search(r"loss is (nan|inf) at step (\d+); stopping\. The last good checkpoint is (\S+)", result.stderr)
+    assert match, result.stderr[-2000:]
+    last = Path(match.group(3))
+    assert last.name == f"step_{int(match.group(2)) - 1}"
+    state = HFCheckpointer(str(last), "QWEN3", str(tmp_path / "x")).load_checkpoint()["model"]
+    assert all(torch.isfinite(v).all() for v in state.values())
