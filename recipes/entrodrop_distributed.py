@@ -211,6 +211,7 @@ class EntroDropRecipeDistributed:
                     "loss": loss, "lr": training.get_lr(self._optimizer), **stats,
                     "target_dropped": dropped / max(targets, 1.0),
                     "grad_norm": float(grad_norm), "target_epoch": batch["target_epoch"],
+                    "step_seconds": time.perf_counter() - start,
                     "tokens_per_second": num_tokens / (time.perf_counter() - start),  # all ranks
                 }, step=self._step)
             epoch_ended, epoch = math.floor(batch["target_epoch"]) > math.floor(epoch), batch["target_epoch"]
