@@ -24,6 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from entrodrop.loader import TARGET
+
 TARGETING = ("low", "high", "random")
 SCHEDULES = ("sigmoid", "static", "none")
 
@@ -138,6 +140,24 @@ class TokenDropout:
         gate = entropy_gate(entropy, document_ids, self.gate_percentile, self.targeting)
         generators = [row_generator(self.seed, step, r) for r in rows]
         return drop_mask(gate, gamma, generators), gamma_max_j, gamma
+
+
+def plan_perturbation(dropout: TokenDropout, neftune_alpha: float, batch: dict, step: int, rows: range,
+                      dim: int, device: torch.device):
+    """One step's input perturbation for ``rows`` of the global batch (a loader batch).
+
+    Returns:
+        (drop mask or None, NEFTune noise or None, {"gamma_max", "gamma"}, (dropped target
+        tokens, target tokens)) - the counts are summed over ranks before they are logged.
+    """
+    drop, gamma_max_j, gamma = dropout.plan(batch["entropy"], batch["document_ids"], step, rows)
+    noise = None
+    if neftune_alpha > 0:
+        generators = [row_generator(dropout.seed, step, r, device) for r in rows]
+        noise = neftune_noise(batch["domain"] >= 0, dim, neftune_alpha, generators)
+    target = batch["domain"] == TARGET
+    counts = (float(drop[target].sum()) if drop is not None else 0.0, float(target.sum()))
+    return drop, noise, {"gamma_max": gamma_max_j, "gamma": gamma}, counts
 
 
 class EmbeddingHook:

@@ -26,15 +26,14 @@ from torchtune import config, training, utils
 from torchtune.modules import TransformerSelfAttentionLayer
 
 from entrodrop.checkpointing import HFCheckpointer, latest_checkpoint
-from entrodrop.loader import TARGET, block_causal_mask, build_loader, plan_budget
+from entrodrop.loader import block_causal_mask, build_loader, plan_budget
 from entrodrop.method import (
     EmbeddingHook,
     TokenDropout,
     add_hidden_dropout,
     mean_embedding,
-    neftune_noise,
     perturb_embeddings,
-    row_generator,
+    plan_perturbation,
     validate_settings,
 )
 from entrodrop.models.hf_config import check_matches_checkpoint
@@ -132,18 +131,6 @@ class EntroDropRecipeSingleDevice:
             training.compile_model(model)
         return model
 
-    def _perturbation(self, batch: dict, step: int, rows: range):
-        """This step's drop mask and NEFTune noise for ``rows`` of the global batch, its gammas,
-        and (dropped, all) target-token counts."""
-        drop, gamma_max_j, gamma = self._dropout.plan(batch["entropy"], batch["document_ids"], step, rows)
-        noise = None
-        if self._neftune_alpha > 0:
-            gens = [row_generator(self._seed, step, r, self._device) for r in rows]
-            noise = neftune_noise(batch["domain"] >= 0, self._e_bar.numel(), self._neftune_alpha, gens)
-        target = batch["domain"] == TARGET
-        counts = [float(drop[target].sum()) if drop is not None else 0.0, float(target.sum())]
-        return drop, noise, {"gamma_max": gamma_max_j, "gamma": gamma}, counts
-
     def _loss_sum(self, batch: dict) -> torch.Tensor:
         """Summed next-token loss of a micro-batch (labels are already shifted by the loader)."""
         batch = {k: v.to(self._device) for k, v in batch.items()}
@@ -158,7 +145,9 @@ class EntroDropRecipeSingleDevice:
             start, batch = time.perf_counter(), next(data)
             tensors = {k: batch[k] for k in ("tokens", "labels", "document_ids", "input_pos")}
             num_tokens = int((batch["labels"] != self._loss_fn.ignore_index).sum())
-            drop, noise, stats, (dropped, targets) = self._perturbation(batch, self._step, self._loader.root.rows)
+            drop, noise, stats, (dropped, targets) = plan_perturbation(
+                self._dropout, self._neftune_alpha, batch, self._step, self._loader.root.rows,
+                self._e_bar.numel(), self._device)
             rows, loss_sum = batch["tokens"].shape[0] // self._grad_accum, 0.0
             for m in range(self._grad_accum):
                 part = slice(m * rows, (m + 1) * rows)
