@@ -37,7 +37,7 @@ end of the batch (a float).
 """
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -243,39 +243,51 @@ class MixedPackedStream(BaseNode[Dict[str, Any]]):
             rows.append(row)
         return rows
 
+    def _fetch(self, domain: int, i: int) -> Tuple[np.ndarray, Optional[np.ndarray]]:
+        ids = (self._target if domain == TARGET else self._general)[i]
+        if domain != TARGET:
+            return ids, None
+        self._entropy.check_sample(i, ids)
+        return ids, self._entropy[i]
+
     def next(self) -> Dict[str, Any]:
-        rows = self._layout()
-        b, s = len(self._rows), self._seq_len
-        tokens = np.zeros((b, s), np.int64)
-        labels = np.full((b, s), IGNORE_INDEX, np.int64)
-        entropy = np.full((b, s), np.nan, np.float32)
-        domain = np.full((b, s), PADDING, np.int8)
-        document_ids = np.full((b, s), -1, np.int32)
-        input_pos = np.tile(np.arange(s), (b, 1))
-        for r, row in enumerate(rows[self._rows.start : self._rows.stop]):
-            start = 0
-            for doc, (dom, i) in enumerate(row):
-                ids = (self._target if dom == TARGET else self._general)[i]
-                end = start + len(ids)
-                tokens[r, start:end] = ids
-                labels[r, start : end - 1] = ids[1:]
-                domain[r, start:end] = dom
-                document_ids[r, start:end] = doc
-                input_pos[r, start:end] = np.arange(len(ids))
-                if dom == TARGET:
-                    self._entropy.check_sample(i, ids)
-                    entropy[r, start:end] = self._entropy[i]
-                start = end
-            input_pos[r, start:] = np.arange(s - start)
-        return {
-            "tokens": torch.from_numpy(tokens),
-            "labels": torch.from_numpy(labels),
-            "entropy": torch.from_numpy(entropy),
-            "domain": torch.from_numpy(domain),
-            "document_ids": torch.from_numpy(document_ids),
-            "input_pos": torch.from_numpy(input_pos),
-            "target_epoch": self.target_epoch,
-        }
+        rows = self._layout()[self._rows.start : self._rows.stop]
+        return {**pack_rows(rows, self._seq_len, self._fetch), "target_epoch": self.target_epoch}
+
+
+def pack_rows(rows: List[List[Tuple[int, int]]], seq_len: int,
+              fetch: Callable[[int, int], Tuple[np.ndarray, Optional[np.ndarray]]]) -> Dict[str, torch.Tensor]:
+    """Tensors of packed rows (see the module docs); ``rows[r]`` lists the (domain, sample id)
+    in row r and ``fetch`` returns a sample's token ids and entropies (None: not target)."""
+    b = len(rows)
+    tokens = np.zeros((b, seq_len), np.int64)
+    labels = np.full((b, seq_len), IGNORE_INDEX, np.int64)
+    entropy = np.full((b, seq_len), np.nan, np.float32)
+    domain = np.full((b, seq_len), PADDING, np.int8)
+    document_ids = np.full((b, seq_len), -1, np.int32)
+    input_pos = np.tile(np.arange(seq_len), (b, 1))
+    for r, row in enumerate(rows):
+        start = 0
+        for doc, (dom, i) in enumerate(row):
+            ids, ent = fetch(dom, i)
+            end = start + len(ids)
+            tokens[r, start:end] = ids
+            labels[r, start : end - 1] = ids[1:]
+            domain[r, start:end] = dom
+            document_ids[r, start:end] = doc
+            input_pos[r, start:end] = np.arange(len(ids))
+            if ent is not None:
+                entropy[r, start:end] = ent
+            start = end
+        input_pos[r, start:] = np.arange(seq_len - start)
+    return {
+        "tokens": torch.from_numpy(tokens),
+        "labels": torch.from_numpy(labels),
+        "entropy": torch.from_numpy(entropy),
+        "domain": torch.from_numpy(domain),
+        "document_ids": torch.from_numpy(document_ids),
+        "input_pos": torch.from_numpy(input_pos),
+    }
 
 
 def build_loader(target_tokens_dir: str, target_entropy_dir: str, general_tokens_dir: str, seq_len: int,

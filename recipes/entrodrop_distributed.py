@@ -19,6 +19,7 @@ processes train on exactly what one process would.
 """
 
 import math
+import os
 import sys
 import time
 from functools import partial
@@ -31,7 +32,15 @@ from torchtune import config, training, utils
 from torchtune.modules import TransformerSelfAttentionLayer
 
 from entrodrop.checkpointing import HFCheckpointer, latest_checkpoint
-from entrodrop.loader import block_causal_mask, build_loader, plan_budget
+from entrodrop.evaluation import (
+    bucket_thresholds,
+    group_scores,
+    record_evaluation,
+    validation_batches,
+    validation_losses,
+)
+from entrodrop.lm_eval_adapter import TorchtuneLM
+from entrodrop.loader import block_causal_mask, build_loader, check_join, plan_budget
 from entrodrop.method import (
     EmbeddingHook,
     TokenDropout,
@@ -42,6 +51,7 @@ from entrodrop.method import (
     validate_settings,
 )
 from entrodrop.models.hf_config import check_matches_checkpoint
+from entrodrop.sample_store import SampleStore
 
 log = utils.get_logger("INFO")
 
@@ -83,6 +93,8 @@ class EntroDropRecipeDistributed:
         self._save_every = cfg.save_every_n_steps
         self._log_every = cfg.log_every_n_steps
         self._neftune_alpha = cfg.neftune_alpha
+        self._eval_every = cfg.evaluation.every_n_steps
+        self._eval_at_epoch_end = cfg.evaluation.at_epoch_end
 
     def setup(self, cfg: DictConfig) -> None:
         base = config.instantiate(cfg.checkpointer)
@@ -128,6 +140,7 @@ class EntroDropRecipeDistributed:
             torch.set_rng_state(state["rng"][self._rank])
             self._step = state["step"]
             utils.log_rank_zero(log, f"resumed from {resume_dir} at step {self._step}")
+        self._setup_evaluation(cfg)
         self._metric_logger = config.instantiate(cfg.metric_logger) if self._rank == 0 else None
         if self._metric_logger:
             self._metric_logger.log_config(cfg)
@@ -204,10 +217,67 @@ class EntroDropRecipeDistributed:
                     "tokens_per_second": num_tokens / (time.perf_counter() - start),  # all ranks
                 }, step=self._step)
             epoch_ended, epoch = math.floor(batch["target_epoch"]) > math.floor(epoch), batch["target_epoch"]
-            if self._step % self._save_every == 0 or epoch_ended or self._step == self._num_steps:
-                self.save_checkpoint()
+            evaluate = bool(self._validation or self._lm) and (
+                (self._eval_every and self._step % self._eval_every == 0) or self._step == self._num_steps
+                or (epoch_ended and self._eval_at_epoch_end))
+            if self._step % self._save_every == 0 or epoch_ended or evaluate or self._step == self._num_steps:
+                checkpoint = self.save_checkpoint()
+            if evaluate:
+                self._evaluate(epoch, str(checkpoint))
 
-    def save_checkpoint(self) -> None:
+    def _setup_evaluation(self, cfg: DictConfig) -> None:
+        """Held-out entropy-bucket validation and lm-eval task groups, run by ``_evaluate``."""
+        ev = cfg.evaluation
+        self._validation = None
+        if ev.validation.target_tokens:
+            tokens = SampleStore(ev.validation.target_tokens, "tokens")
+            entropy = SampleStore(ev.validation.target_entropy, "entropy")
+            check_join(tokens, entropy)
+            self._validation = (tokens, entropy, bucket_thresholds(entropy), ev.validation.batch_size, cfg.data.seq_len)
+        self._task_groups = {g: list(tasks) for g, tasks in ev.lm_eval.tasks.items()}
+        self._target_group = ev.lm_eval.target_group
+        self._lm = None
+        if any(self._task_groups.values()):
+            import lm_eval.tasks
+
+            if ev.lm_eval.allow_code_execution:
+                os.environ["HF_ALLOW_CODE_EVAL"] = "1"  # what lm-eval's code tasks check
+            self._lm = TorchtuneLM(self._model, config.instantiate(cfg.tokenizer), self._device,
+                                   ev.lm_eval.max_seq_len, ev.lm_eval.batch_size, ev.lm_eval.max_gen_toks,
+                                   distributed=True)
+            self._task_manager = lm_eval.tasks.TaskManager(include_path=ev.lm_eval.include_path)
+            self._lm_eval_limit, self._allow_code = ev.lm_eval.limit, ev.lm_eval.allow_code_execution
+        self._eval_dir = self._output_dir / "eval"
+
+    def _evaluate(self, target_epoch: float, checkpoint: str) -> None:
+        """Validation by entropy bucket and the task groups, with nothing perturbed; the training
+        RNG and mode are restored after, so evaluating does not change the run."""
+        self._model.eval()
+        self._embedding_hook.set(None)
+        record = {"step": self._step, "target_epoch": target_epoch, "checkpoint": checkpoint}
+        with torch.random.fork_rng(devices=[self._device] if self._device.type == "cuda" else []):
+            if self._validation:
+                tokens, entropy, thresholds, batch_size, seq_len = self._validation
+                batches = validation_batches(tokens, entropy, seq_len, batch_size, self._rank, self._world_size)
+                record["val_loss"] = validation_losses(self._model, batches, thresholds, self._device, True)
+            if self._lm:
+                import lm_eval
+
+                tasks = [t for ts in self._task_groups.values() for t in ts]
+                results = lm_eval.simple_evaluate(model=self._lm, tasks=tasks, task_manager=self._task_manager,
+                                                  limit=self._lm_eval_limit, confirm_run_unsafe_code=self._allow_code,
+                                                  log_samples=False, verbosity="WARNING")["results"]
+                record["tasks"] = {t: results[t] for t in tasks}
+                record["groups"] = group_scores(results, self._task_groups)
+        self._model.train()
+        if self._metric_logger:
+            summary = record_evaluation(self._eval_dir, record, self._target_group)
+            flat = {f"val_loss_{k}": v for k, v in record.get("val_loss", {}).items()}
+            flat.update({f"{g}_average": v for g, v in record.get("groups", {}).items()})
+            self._metric_logger.log_dict(flat, step=self._step)
+            log.info(f"evaluation at step {self._step} (epoch {target_epoch:.2f}): {flat}; best: {summary.get('best_checkpoint')}")
+
+    def save_checkpoint(self) -> Path:
         # Every rank takes part in gathering the shards; rank 0 writes.
         rank_zero = self._rank == 0
         model_sd = training.gather_cpu_state_dict(self._model, rank_zero, device=self._device)
@@ -222,6 +292,7 @@ class EntroDropRecipeDistributed:
             path = self._checkpointer.save_checkpoint({"model": model_sd}, f"step_{self._step}", state)
             log.info(f"checkpoint: {path}")
         dist.barrier()
+        return self._checkpointer.output_dir / f"step_{self._step}"
 
     def cleanup(self) -> None:
         if self._metric_logger:

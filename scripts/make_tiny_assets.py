@@ -12,7 +12,8 @@ writes
     llama3_1/    a tiny Llama3.1 (llama3 rope scaling, untied) as a Hugging Face checkpoint
     sample.txt   a slice of real text for smoke runs
     target.jsonl a small target-domain corpus (code: top-level blocks of stdlib modules the
-                 tokenizer did not see), one {"text": ...} record a line
+                 tokenizer did not see), one {"text": ...} record a line, and target_val.jsonl,
+                 16 held-out blocks for validation
     general.jsonl a general-domain corpus (English prose: the paragraphs of pydoc's topic pages)
 
 The model hyper-parameters below are repeated in configs/tiny/*.yaml; the recipes check the
@@ -140,9 +141,10 @@ def main(out: Path) -> None:
     held_out = [p.read_text(encoding="utf-8") for p in python_source_files()[-12:]]
     (out / "sample.txt").write_text("\n".join(held_out[-3:])[:20_000], encoding="utf-8")
     blocks = [b.strip() for text in held_out[:-3] for b in text.split("\n\n\n") if len(b.strip()) >= 200]
-    with (out / "target.jsonl").open("w", encoding="utf-8") as f:
-        for block in blocks[:TARGET_RECORDS]:
-            f.write(json.dumps({"text": block[:3000]}) + "\n")
+    for name, part in [("target", blocks[:TARGET_RECORDS]), ("target_val", blocks[TARGET_RECORDS : TARGET_RECORDS + 16])]:
+        with (out / f"{name}.jsonl").open("w", encoding="utf-8") as f:
+            for block in part:
+                f.write(json.dumps({"text": block[:3000]}) + "\n")
     paragraphs = [p.strip() for text in pydoc_data.topics.topics.values() for p in text.split("\n\n")]
     with (out / "general.jsonl").open("w", encoding="utf-8") as f:
         for paragraph in paragraphs:

@@ -1,0 +1,143 @@
+"""Validation loss by entropy bucket, the paper's diagnostic of multi-epoch overfitting.
+
+Held-out target samples (a token store and their entropy cache, computed with the base
+model like the training ones) are packed in order into rows. Their tokens fall in three
+buckets, with thresholds over all held-out tokens that have an entropy:
+
+    all    every predicted token
+    low    the 50% lowest-entropy tokens (the paper's "top 50% confidence")
+    high   the 25% highest-entropy tokens ("bottom 25% confidence")
+
+A token's bucket is that of the token being predicted (its label), whose entropy H(x_t) is
+the base model's uncertainty about it.
+"""
+
+import math
+from typing import Dict, Iterator, List, Tuple
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from entrodrop.loader import IGNORE_INDEX, TARGET, block_causal_mask, pack_rows
+from entrodrop.sample_store import SampleStore
+
+LOW_FRACTION, HIGH_FRACTION = 0.5, 0.25
+BUCKETS = ("all", "low", "high")
+
+
+def bucket_thresholds(entropy: SampleStore) -> Tuple[float, float]:
+    """(low, high): H <= low is the low bucket, H >= high the high bucket, over every cached token."""
+    values = np.concatenate([entropy[i].astype(np.float32) for i in range(len(entropy))])
+    values = values[~np.isnan(values)]
+    return float(np.quantile(values, LOW_FRACTION)), float(np.quantile(values, 1 - HIGH_FRACTION))
+
+
+def validation_batches(tokens: SampleStore, entropy: SampleStore, seq_len: int, batch_size: int,
+                       rank: int = 0, world_size: int = 1) -> Iterator[Dict[str, torch.Tensor]]:
+    """The held-out samples packed in order into rows; rank r gets rows r, r + N, ... in batches.
+
+    Every rank yields the same number of batches (padded with empty rows), so a sharded model
+    runs the same forwards on every rank.
+    """
+    rows, row, free = [], [], seq_len
+    for i in range(len(tokens)):
+        n = int(tokens.table[i]["length"])
+        if n == 0:
+            continue
+        if n > free:
+            rows.append(row)
+            row, free = [], seq_len
+        row.append((TARGET, i))
+        free -= n
+    rows.append(row)
+    per_rank = math.ceil(len(rows) / world_size / batch_size) * batch_size
+    mine = rows[rank::world_size]
+    mine += [[] for _ in range(per_rank - len(mine))]
+
+    def fetch(domain: int, i: int):
+        ids = tokens[i]
+        entropy.check_sample(i, ids)
+        return ids, entropy[i]
+
+    for start in range(0, per_rank, batch_size):
+        yield pack_rows(mine[start : start + batch_size], seq_len, fetch)
+
+
+@torch.no_grad()
+def bucket_loss_sums(model: torch.nn.Module, batch: Dict[str, torch.Tensor], thresholds: Tuple[float, float],
+                     device: torch.device) -> torch.Tensor:
+    """``[6]`` float64: (loss sum, token count) for all, low and high, on one batch."""
+    batch = {k: v.to(device) for k, v in batch.items()}
+    logits = model(batch["tokens"], mask=block_causal_mask(batch["document_ids"]), input_pos=batch["input_pos"])
+    chunks = logits if isinstance(logits, list) else [logits]
+    labels = batch["labels"].chunk(len(chunks), dim=1)
+    losses = torch.cat([
+        F.cross_entropy(c.float().flatten(0, 1), l.flatten(), ignore_index=IGNORE_INDEX, reduction="none")
+        for c, l in zip(chunks, labels)
+    ])
+    # The entropy of the predicted token: the input entropy one position to the right.
+    label_entropy = torch.cat([batch["entropy"][:, 1:], torch.full_like(batch["entropy"][:, :1], math.nan)], 1).flatten()
+    valid = batch["labels"].flatten() != IGNORE_INDEX
+    masks = [valid, valid & (label_entropy <= thresholds[0]), valid & (label_entropy >= thresholds[1])]
+    return torch.stack([x for m in masks for x in (losses[m].double().sum(), m.double().sum())])
+
+
+def validation_losses(model: torch.nn.Module, batches: Iterator[Dict[str, torch.Tensor]],
+                      thresholds: Tuple[float, float], device: torch.device, distributed: bool = False) -> Dict[str, float]:
+    """Mean loss per bucket over all batches (and all ranks when ``distributed``)."""
+    totals = torch.zeros(6, dtype=torch.float64, device=device)
+    for batch in batches:
+        totals += bucket_loss_sums(model, batch, thresholds, device)
+    if distributed:
+        dist.all_reduce(totals)
+    return {name: (totals[2 * k] / totals[2 * k + 1]).item() for k, name in enumerate(BUCKETS)}
+
+
+def best_epoch(evaluations: List[Dict]) -> Dict:
+    """The evaluation with the lowest all-token validation loss: the paper's best epoch."""
+    return min(evaluations, key=lambda e: e["val_loss"]["all"])
+
+
+def task_score(result: Dict) -> float:
+    """The first metric of an lm-eval task result (``{"acc,none": 0.5, ...}``)."""
+    for key, value in result.items():
+        if "," in key and not key.split(",")[0].endswith("_stderr") and isinstance(value, (int, float)):
+            return float(value)
+    raise ValueError(f"no metric in lm-eval result {sorted(result)}")
+
+
+def group_scores(results: Dict[str, Dict], groups: Dict[str, List[str]]) -> Dict[str, float]:
+    """The mean task score of each group (the paper's domain averages)."""
+    return {group: sum(task_score(results[t]) for t in tasks) / len(tasks) for group, tasks in groups.items() if tasks}
+
+
+def record_evaluation(eval_dir, record: Dict, target_group: str) -> Dict:
+    """Append one evaluation to ``evals.jsonl`` and rewrite ``summary.json``: the best checkpoint
+    by ``target_group`` average (by validation loss when no task ran), the best epoch and the
+    minimum validation loss so far."""
+    import json
+    from pathlib import Path
+
+    eval_dir = Path(eval_dir)
+    eval_dir.mkdir(parents=True, exist_ok=True)
+    with (eval_dir / "evals.jsonl").open("a") as f:
+        f.write(json.dumps(record) + "\n")
+    records = [json.loads(line) for line in (eval_dir / "evals.jsonl").read_text().splitlines()]
+    summary: Dict = {"evaluations": len(records)}
+    with_loss = [r for r in records if "val_loss" in r]
+    if with_loss:
+        best = best_epoch(with_loss)
+        summary.update(best_epoch=best["target_epoch"], best_epoch_step=best["step"], min_val_loss=best["val_loss"]["all"])
+    scored = [r for r in records if target_group in r.get("groups", {})]
+    if scored:
+        best = max(scored, key=lambda r: r["groups"][target_group])
+        summary["best_checkpoint"] = {"by": f"{target_group} average", "score": best["groups"][target_group],
+                                      "step": best["step"], "target_epoch": best["target_epoch"], "path": best["checkpoint"]}
+    elif with_loss:
+        best = best_epoch(with_loss)
+        summary["best_checkpoint"] = {"by": "validation loss", "score": best["val_loss"]["all"],
+                                      "step": best["step"], "target_epoch": best["target_epoch"], "path": best["checkpoint"]}
+    (eval_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary

@@ -1,0 +1,149 @@
+"""An lm-eval model around the in-training torchtune model and tokenizer.
+
+torchtune 0.6.1's ``eleuther_eval`` recipe refuses lm-eval 0.4.13 and its wrapper loads gpt2
+from the hub, so this is a small ``TemplateLM`` of our own: ``loglikelihood`` (through
+``_loglikelihood_tokens``), ``loglikelihood_rolling`` and ``generate_until`` (greedy, batched,
+with torchtune's KV cache).
+
+Several processes: lm-eval sees one process on every rank (``world_size`` 1) and runs the
+same requests everywhere; the adapter gives each rank every N-th batch of them, pads the
+ranks to the same number of equal-sized batches (a sharded model runs its collectives in
+every forward) and all-gathers the results, so every rank returns every answer.
+"""
+
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from lm_eval.api.model import TemplateLM
+from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
+from torchtune.generation import generate
+from torchtune.modules.common_utils import local_kv_cache
+
+
+class TorchtuneLM(TemplateLM):
+    """lm-eval's view of a torchtune ``TransformerDecoder``.
+
+    Args:
+        model: the model (plain or FSDP2-sharded), put in eval mode by the caller.
+        tokenizer: a torchtune tokenizer (``encode``/``decode``, ``eos_id``, ``pad_id``).
+        device: where the model runs.
+        max_seq_len (int): longest input; longer contexts keep their last tokens.
+        batch_size (int): sequences per forward.
+        max_gen_toks (int): generation length when a task does not set ``max_gen_toks``.
+        distributed (bool): share the requests over the ranks of the default process group.
+    """
+
+    def __init__(self, model: torch.nn.Module, tokenizer, device: torch.device, max_seq_len: int,
+                 batch_size: int, max_gen_toks: int = 256, distributed: bool = False) -> None:
+        super().__init__()
+        self._model, self._tokenizer, self._device = model, tokenizer, device
+        self._max_seq_len, self._batch_size, self._max_gen_toks = max_seq_len, batch_size, max_gen_toks
+        self._dtype = next(model.parameters()).dtype
+        self._dp_size = dist.get_world_size() if distributed else 1
+        self._dp_rank = dist.get_rank() if distributed else 0
+
+    @property
+    def eot_token_id(self) -> int:
+        return self._tokenizer.eos_id
+
+    def tok_encode(self, string: str, add_special_tokens: Optional[bool] = None, **kwargs) -> List[int]:
+        return self._tokenizer.encode(string, add_bos=False, add_eos=False)
+
+    def tok_decode(self, tokens: Sequence[int]) -> str:
+        return self._tokenizer.decode(list(tokens))
+
+    # -------------------------------------------------------------- sharing over ranks
+
+    def _map_batches(self, items: list, fn, filler) -> list:
+        """``fn`` over ``batch_size`` batches of ``items``, this rank taking every N-th batch;
+        all ranks run the same number of full batches (``filler`` pads them) and get all results."""
+        b, n = self._batch_size, self._dp_size
+        batches = [items[i : i + b] for i in range(0, len(items), b)]
+        batches += [[] for _ in range(-len(batches) % n)]
+        mine = []
+        for batch in batches[self._dp_rank :: n]:
+            padded = batch + [filler] * (b - len(batch))
+            mine.append(fn(padded)[: len(batch)])
+        if n == 1:
+            return [r for rs in mine for r in rs]
+        gathered = [None] * n
+        dist.all_gather_object(gathered, mine)
+        # batch k was computed by rank k % n as its (k // n)-th batch
+        return [r for k in range(len(batches)) for r in gathered[k % n][k // n]]
+
+    # -------------------------------------------------------------- scoring
+
+    @torch.no_grad()
+    def _score(self, batch: List[Tuple[List[int], int]]) -> List[Tuple[float, bool]]:
+        """(sum of log p, all greedy) of the last ``n`` tokens of each sequence."""
+        inputs = [seq[-(self._max_seq_len + 1) :] for seq, _ in batch]
+        width = max(len(s) for s in inputs) - 1
+        tokens = torch.zeros(len(inputs), width, dtype=torch.long)
+        for r, seq in enumerate(inputs):
+            tokens[r, : len(seq) - 1] = torch.tensor(seq[:-1])
+        # Right padding: attention is causal, so no real position sees it.
+        logits = self._model(tokens.to(self._device))
+        logits = torch.cat(logits, dim=1) if isinstance(logits, list) else logits
+        results = []
+        for r, ((_, n), seq) in enumerate(zip(batch, inputs)):
+            targets = torch.tensor(seq[-n:], device=self._device)
+            logprobs = F.log_softmax(logits[r, len(seq) - 1 - n : len(seq) - 1].float(), dim=-1)
+            results.append((float(logprobs.gather(-1, targets[:, None]).sum()),
+                            bool((logprobs.argmax(-1) == targets).all())))
+        return results
+
+    def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kwargs) -> List[Tuple[float, bool]]:
+        items = [(context + continuation, len(continuation)) for _, context, continuation in requests]
+        return self._map_batches(items, self._score, filler=([self.eot_token_id] * 2, 1))
+
+    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> List[float]:
+        windows, owner = [], []
+        for k, (text,) in enumerate(req.args for req in requests):
+            for context, continuation in map(make_disjoint_window, get_rolling_token_windows(
+                    token_list=self.tok_encode(text), prefix_token=self.prefix_token_id,
+                    max_seq_len=self._max_seq_len, context_len=1)):
+                windows.append((context + continuation, len(continuation)))
+                owner.append(k)
+        scores = self._map_batches(windows, self._score, filler=([self.eot_token_id] * 2, 1))
+        totals = [0.0] * len(requests)
+        for k, (logprob, _) in zip(owner, scores):
+            totals[k] += logprob
+        return totals
+
+    # -------------------------------------------------------------- generation
+
+    @torch.no_grad()
+    def _generate(self, batch: List[Tuple[List[int], int]], max_new: int) -> List[List[int]]:
+        """Greedy continuations of left-padded prompts, ``max_new`` tokens for every batch on every
+        rank: one fixed count keeps the ranks of a sharded model in step (no early stop)."""
+        prompts = [p[-(self._max_seq_len - max_new) :] for p, _ in batch]
+        width = max(len(p) for p in prompts)
+        pad = self._tokenizer.pad_id
+        tokens = torch.full((len(prompts), width), pad, dtype=torch.long)
+        for r, p in enumerate(prompts):
+            tokens[r, width - len(p) :] = torch.tensor(p)
+        with local_kv_cache(self._model, batch_size=len(prompts), device=self._device, dtype=self._dtype,
+                            decoder_max_seq_len=width + max_new):
+            out, _ = generate(self._model, tokens.to(self._device), max_generated_tokens=max_new,
+                              pad_id=pad, top_k=1)
+        return [row[width : width + n].tolist() for row, (_, n) in zip(out, batch)]
+
+    def generate_until(self, requests, disable_tqdm: bool = False) -> List[str]:
+        items, stops = [], []
+        for context, gen_kwargs in (req.args for req in requests):
+            until = gen_kwargs.get("until", [])
+            stops.append([until] if isinstance(until, str) else list(until))
+            items.append((self.tok_encode(context), int(gen_kwargs.get("max_gen_toks", self._max_gen_toks))))
+        steps = max((n for _, n in items), default=1)
+        outputs = self._map_batches(items, lambda batch: self._generate(batch, steps), filler=([self.eot_token_id], 1))
+        texts = []
+        for ids, until in zip(outputs, stops):
+            if self.eot_token_id in ids:
+                ids = ids[: ids.index(self.eot_token_id)]
+            text = self.tok_decode(ids)
+            for stop in until:
+                text = text.split(stop)[0] if stop else text
+            texts.append(text)
+        return texts

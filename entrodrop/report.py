@@ -1,0 +1,136 @@
+"""Plots and tables of the training dynamics the paper studies, from the files runs write.
+
+A run directory (a recipe's ``output_dir``) holds ``logs/log_*.txt`` (torchtune's disk logger:
+one ``Step N | key:value ...`` line per step) and ``eval/evals.jsonl`` (one evaluation a line:
+step, target epoch, validation loss by entropy bucket, task-group averages). From one or
+more runs ``write_report`` draws
+
+    val_loss_by_entropy.png   validation loss on all / low- / high-entropy tokens against
+                              target epoch (the paper's figure 1c)
+    benchmarks.png            each task group's average against target epoch (figure 3a)
+    gamma_schedule.png        gamma_max(j) and the drawn gamma_j against step
+    table.md                  per run: best target-group average, best epoch, minimum
+                              validation loss (the paper's table of gamma_max)
+
+and proposes the curriculum midpoint j0 from a baseline run: the target epoch where its
+validation loss stops falling, the paper's "transition from productive learning to
+memorization".
+"""
+
+import json
+import re
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402
+
+BUCKET_TITLES = {"all": "all tokens", "low": "low-entropy 50%", "high": "high-entropy 25%"}
+
+
+def read_run(run_dir: str) -> Dict:
+    """A run's per-step training metrics and its evaluations."""
+    root = Path(run_dir)
+    steps: Dict[int, Dict[str, float]] = {}
+    for log in sorted((root / "logs").glob("log_*.txt")):
+        for line in log.read_text().splitlines():
+            match = re.match(r"Step (\d+) \| (.*)", line)
+            if match:
+                metrics = dict(item.split(":", 1) for item in match.group(2).split())
+                steps.setdefault(int(match.group(1)), {}).update({k: float(v) for k, v in metrics.items()})
+    evals_file = root / "eval" / "evals.jsonl"
+    evals = [json.loads(line) for line in evals_file.read_text().splitlines()] if evals_file.exists() else []
+    # A resumed run may evaluate a step twice: keep the last.
+    evals = list({e["step"]: e for e in evals}.values())
+    return {"name": root.name, "steps": dict(sorted(steps.items())), "evals": sorted(evals, key=lambda e: e["step"])}
+
+
+def summarize(run: Dict, target_group: Optional[str]) -> Dict:
+    """Best target-group average, best epoch (minimum validation loss) and that loss."""
+    with_loss = [e for e in run["evals"] if "val_loss" in e]
+    best = min(with_loss, key=lambda e: e["val_loss"]["all"]) if with_loss else None
+    scored = [e["groups"][target_group] for e in run["evals"] if target_group in e.get("groups", {})]
+    return {
+        "run": run["name"],
+        "best_average": max(scored) if scored else None,
+        "best_epoch": best["target_epoch"] if best else None,
+        "min_val_loss": best["val_loss"]["all"] if best else None,
+    }
+
+
+def propose_midpoint(baseline: Dict) -> Optional[Dict]:
+    """j0 from a baseline run: the target epoch (and step) of its minimum validation loss."""
+    with_loss = [e for e in baseline["evals"] if "val_loss" in e]
+    if not with_loss:
+        return None
+    best = min(with_loss, key=lambda e: e["val_loss"]["all"])
+    return {"run": baseline["name"], "midpoint_epochs": best["target_epoch"], "midpoint_steps": best["step"]}
+
+
+def _fmt(value: Optional[float], digits: int) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def write_report(runs: List[Dict], out_dir: str, target_group: Optional[str] = None,
+                 baseline: Optional[str] = None) -> Dict:
+    """Write the plots and the table for ``runs`` (from ``read_run``); returns what it wrote."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6), sharex=True)
+    for ax, bucket in zip(axes, BUCKET_TITLES):
+        for run in runs:
+            points = [(e["target_epoch"], e["val_loss"][bucket]) for e in run["evals"] if "val_loss" in e]
+            if points:
+                ax.plot(*zip(*points), marker="o", label=run["name"])
+        ax.set(title=BUCKET_TITLES[bucket], xlabel="target epoch", ylabel="validation loss")
+        ax.grid(alpha=0.3)
+    axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(out / "val_loss_by_entropy.png", dpi=110)
+    plt.close(fig)
+
+    groups = sorted({g for run in runs for e in run["evals"] for g in e.get("groups", {})})
+    fig, axes = plt.subplots(1, max(len(groups), 1), figsize=(4.5 * max(len(groups), 1), 3.6), squeeze=False)
+    for ax, group in zip(axes[0], groups):
+        for run in runs:
+            points = [(e["target_epoch"], e["groups"][group]) for e in run["evals"] if group in e.get("groups", {})]
+            if points:
+                ax.plot(*zip(*points), marker="o", label=run["name"])
+        ax.set(title=f"{group} average", xlabel="target epoch", ylabel="score")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "benchmarks.png", dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    for run in runs:
+        steps = [s for s, m in run["steps"].items() if "gamma_max" in m]
+        if steps:
+            line, = ax.plot(steps, [run["steps"][s]["gamma_max"] for s in steps], label=f"{run['name']} gamma_max(j)")
+            ax.scatter(steps, [run["steps"][s]["gamma"] for s in steps], s=6, color=line.get_color(), alpha=0.5)
+    ax.set(title="token-dropout schedule (dots: drawn gamma_j)", xlabel="step", ylabel="rate")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "gamma_schedule.png", dpi=110)
+    plt.close(fig)
+
+    rows = [summarize(run, target_group) for run in runs]
+    lines = [f"| run | best {target_group or 'target'} average | best epoch | min val loss |", "|---|---|---|---|"]
+    lines += [f"| {r['run']} | {_fmt(r['best_average'], 3)} | {_fmt(r['best_epoch'], 2)} | {_fmt(r['min_val_loss'], 4)} |"
+              for r in rows]
+    midpoint = None
+    base = next((run for run in runs if run["name"] == baseline), None) if baseline else None
+    if base is not None:
+        midpoint = propose_midpoint(base)
+        if midpoint:
+            lines += ["", f"Proposed midpoint (j0) from {midpoint['run']}: `token_dropout.midpoint: "
+                          f"{midpoint['midpoint_epochs']:.2f}` with `midpoint_unit: epochs` "
+                          f"(step {midpoint['midpoint_steps']}), where its validation loss stops falling."]
+    (out / "table.md").write_text("\n".join(lines) + "\n")
+    return {"rows": rows, "midpoint": midpoint,
+            "files": [str(out / f) for f in ("val_loss_by_entropy.png", "benchmarks.png", "gamma_schedule.png", "table.md")]}
