@@ -264,11 +264,12 @@ class EntroDropRecipeDistributed:
                 import lm_eval
 
                 tasks = [t for ts in self._task_groups.values() for t in ts]
-                results = lm_eval.simple_evaluate(model=self._lm, tasks=tasks, task_manager=self._task_manager,
-                                                  limit=self._lm_eval_limit, confirm_run_unsafe_code=self._allow_code,
-                                                  log_samples=False, verbosity="WARNING")["results"]
-                record["tasks"] = {t: results[t] for t in tasks}
-                record["groups"] = group_scores(results, self._task_groups)
+                out = lm_eval.simple_evaluate(model=self._lm, tasks=tasks, task_manager=self._task_manager,
+                                              limit=self._lm_eval_limit, confirm_run_unsafe_code=self._allow_code,
+                                              log_samples=False, verbosity="WARNING")
+                if out is not None:  # lm-eval returns the results on local rank 0 only
+                    record["tasks"] = {t: out["results"][t] for t in tasks}
+                    record["groups"] = group_scores(out["results"], self._task_groups)
         self._model.train()
         if self._metric_logger:
             summary = record_evaluation(self._eval_dir, record, self._target_group)

@@ -1,6 +1,7 @@
 """The EntroDrop recipes through the real `tune run`: one and two processes agree, a SIGKILLed
 run resumes to the same losses bitwise, every baseline switch runs, bad settings fail early."""
 
+import json
 import os
 import re
 import signal
@@ -22,13 +23,20 @@ def data(tiny_assets, tune_run, tmp_path_factory):
     """Token stores and entropy cache of the tiny corpora, as `make demo` builds them."""
     root = tmp_path_factory.mktemp("data")
     result = tune_run("recipes/tokenize_corpus.py", "--config", "configs/tiny/qwen3_tokenize.yaml",
-                      f"corpora.target.store_dir={root}/target", f"corpora.general.store_dir={root}/general")
+                      f"corpora.target.store_dir={root}/target", f"corpora.general.store_dir={root}/general",
+                      f"corpora.target_val.store_dir={root}/target_val")
     assert result.returncode == 0, result.stderr[-3000:]
-    result = tune_run("recipes/precompute_entropy.py", "--config", "configs/tiny/qwen3_precompute_entropy.yaml",
-                      f"cache_dir={root}/entropy")
-    assert result.returncode == 0, result.stderr[-3000:]
+    for corpus, cache in [("target", "entropy"), ("target_val", "entropy_val")]:
+        result = tune_run("recipes/precompute_entropy.py", "--config", "configs/tiny/qwen3_precompute_entropy.yaml",
+                          f"dataset.path=assets/tiny/{corpus}.jsonl", f"cache_dir={root}/{cache}")
+        assert result.returncode == 0, result.stderr[-3000:]
     return [f"data.target_tokens={root}/target", f"data.target_entropy={root}/entropy",
-            f"data.general_tokens={root}/general"]
+            f"data.general_tokens={root}/general", f"evaluation.validation.target_tokens={root}/target_val",
+            f"evaluation.validation.target_entropy={root}/entropy_val"]
+
+
+# Most tests train without evaluating; evaluation has tests of its own.
+NO_EVAL = ["evaluation.validation.target_tokens=null", "evaluation.lm_eval.tasks={}"]
 
 
 def train_args(config: str, data: list, out: Path, *overrides: str) -> list:
@@ -52,18 +60,33 @@ def run(tune_run, *args, nproc=1):
     return result
 
 
-def test_two_processes_train_like_one(data, tune_run, tmp_path):
-    steps = ["total_tokens=12288"]  # 6 steps of 8 x 256
+def test_two_processes_train_and_evaluate_like_one(data, tune_run, tmp_path):
+    steps = ["total_tokens=30720"]  # 15 steps of 8 x 256: one target-epoch end, and the last step
     run(tune_run, *train_args(SINGLE, data, tmp_path / "one", *steps))
     run(tune_run, *train_args(DISTRIBUTED, data, tmp_path / "two", *steps), nproc=2)
-    one, two = logged(tmp_path / "one"), logged(tmp_path / "two")
-    assert sorted(one) == sorted(two) == list(range(1, 7))
+    run(tune_run, *train_args(SINGLE, data, tmp_path / "quiet", *steps, *NO_EVAL))
+    one, two, quiet = logged(tmp_path / "one"), logged(tmp_path / "two"), logged(tmp_path / "quiet")
+    assert sorted(one) == sorted(two) == list(range(1, 16))
     for step in one:
+        if "loss" not in one[step]:
+            continue  # an evaluation line
         assert {"loss", "lr", "gamma_max", "gamma", "target_dropped", "tokens_per_second", "target_epoch"} <= one[step].keys()
         assert float(two[step]["loss"]) == pytest.approx(float(one[step]["loss"]), rel=1e-5)
         for key in ("gamma_max", "gamma", "target_dropped", "lr"):
             assert float(two[step][key]) == pytest.approx(float(one[step][key]), rel=1e-6), key
-    assert any(float(one[s]["target_dropped"]) > 0 for s in one), "no token was ever dropped"
+        assert quiet[step]["loss"] == one[step]["loss"], "evaluating changed training"
+    assert any(float(one[s].get("target_dropped", 0)) > 0 for s in one), "no token was ever dropped"
+
+    evals = {name: [json.loads(line) for line in (tmp_path / name / "eval" / "evals.jsonl").read_text().splitlines()]
+             for name in ("one", "two")}
+    assert [e["step"] for e in evals["one"]] == [e["step"] for e in evals["two"]] == [14, 15]
+    for a, b in zip(evals["one"], evals["two"]):
+        for bucket in ("all", "low", "high"):
+            assert b["val_loss"][bucket] == pytest.approx(a["val_loss"][bucket], rel=1e-5)
+        assert b["groups"]["code"] == pytest.approx(a["groups"]["code"], rel=1e-5)
+    summary = json.loads((tmp_path / "one" / "eval" / "summary.json").read_text())
+    assert summary["best_checkpoint"]["by"] == "code average" and Path(summary["best_checkpoint"]["path"]).is_dir()
+    assert summary["min_val_loss"] == min(e["val_loss"]["all"] for e in evals["one"])
 
 
 def kill_at_checkpoint(args, out: Path, nproc: int) -> None:
@@ -81,7 +104,7 @@ def kill_at_checkpoint(args, out: Path, nproc: int) -> None:
 
 @pytest.mark.parametrize("config, nproc", [(SINGLE, 1), (DISTRIBUTED, 2)])
 def test_sigkill_and_resume_logs_the_same_losses(data, tune_run, tmp_path, config, nproc):
-    settings = ["total_tokens=61440", "save_every_n_steps=3"]  # 30 steps, about 2.8 target epochs
+    settings = ["total_tokens=61440", "save_every_n_steps=3", *NO_EVAL]  # 30 steps, about 2.8 target epochs
     run(tune_run, *train_args(config, data, tmp_path / "straight", *settings), nproc=nproc)
     killed = tmp_path / "killed"
     kill_at_checkpoint(train_args(config, data, killed, *settings), killed, nproc)
@@ -111,7 +134,7 @@ SWITCHES = {
 
 @pytest.mark.parametrize("switch", SWITCHES)
 def test_every_baseline_switch_runs(data, tune_run, tmp_path, switch):
-    run(tune_run, *train_args(SINGLE, data, tmp_path, "total_tokens=6144", *SWITCHES[switch]))
+    run(tune_run, *train_args(SINGLE, data, tmp_path, "total_tokens=6144", *NO_EVAL, *SWITCHES[switch]))
     steps = logged(tmp_path)
     assert sorted(steps) == [1, 2, 3] and all(torch.isfinite(torch.tensor(float(s["loss"]))) for s in steps.values())
     if switch == "no dropout":
@@ -121,7 +144,7 @@ def test_every_baseline_switch_runs(data, tune_run, tmp_path, switch):
 
 def test_checkpoints_load_in_transformers(data, tune_run, tmp_path):
     transformers = pytest.importorskip("transformers")
-    run(tune_run, *train_args(SINGLE, data, tmp_path, "total_tokens=4096"))
+    run(tune_run, *train_args(SINGLE, data, tmp_path, "total_tokens=4096", *NO_EVAL))
     model = transformers.Qwen3ForCausalLM.from_pretrained(tmp_path / "checkpoints" / "step_2")
     assert torch.isfinite(model(torch.tensor([[1, 2, 3]])).logits).all()
 
@@ -140,7 +163,7 @@ def test_invalid_settings_are_reported_together_before_any_compute(data, tune_ru
 def test_a_diverging_loss_stops_the_run_and_keeps_the_last_checkpoint(data, tune_run, tmp_path):
     from entrodrop.checkpointing import HFCheckpointer
 
-    result = tune_run(*train_args(SINGLE, data, tmp_path, "total_tokens=20480", "save_every_n_steps=1",
+    result = tune_run(*train_args(SINGLE, data, tmp_path, "total_tokens=20480", "save_every_n_steps=1", *NO_EVAL,
                                   "optimizer.lr=1e30", "clip_grad_norm=1e30", "lr_scheduler.num_warmup_steps=0"))
     assert result.returncode != 0
     match = re.search(r"loss is (nan|inf) at step (\d+); stopping\. The last good checkpoint is (\S+)", result.stderr)

@@ -1,0 +1,176 @@
+"""The lm-eval adapter against direct computation, a local task offline, entropy buckets on a
+constructed example, and the report from recorded logs."""
+
+import json
+import math
+
+import lm_eval
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from lm_eval.api.instance import Instance
+from lm_eval.tasks import TaskManager
+
+from entrodrop.checkpointing import HFCheckpointer
+from entrodrop.evaluation import bucket_loss_sums, group_scores, record_evaluation, task_score
+from entrodrop.lm_eval_adapter import TorchtuneLM
+from entrodrop.loader import IGNORE_INDEX
+from entrodrop.models.qwen3 import qwen3, qwen3_tokenizer
+from entrodrop.report import read_run, write_report
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_assets, make_tiny_assets, tmp_path_factory):
+    torch.manual_seed(0)
+    model = qwen3(**make_tiny_assets.TINY_QWEN3).eval()
+    model.load_state_dict(HFCheckpointer(str(tiny_assets / "qwen3"), "QWEN3",
+                                         str(tmp_path_factory.mktemp("x"))).load_checkpoint()["model"])
+    with torch.no_grad():  # sharpen the random model so greedy choices are not ties
+        model.tok_embeddings.weight.mul_(20)
+    d = tiny_assets / "qwen3"
+    tokenizer = qwen3_tokenizer(str(d / "vocab.json"), str(d / "merges.txt"), str(d / "tokenizer.json"))
+    return model, tokenizer
+
+
+def direct_logprob(model, context, continuation):
+    ids = torch.tensor(context + continuation)
+    with torch.no_grad():
+        logp = F.log_softmax(model(ids[:-1].unsqueeze(0))[0].float(), -1)
+    targets = ids[len(context):]
+    return logp[len(context) - 1 :].gather(-1, targets[:, None]).sum().item(), logp[len(context) - 1 :].argmax(-1)
+
+
+def test_loglikelihood_equals_a_direct_computation(tiny):
+    model, tokenizer = tiny
+    lm = TorchtuneLM(model, tokenizer, torch.device("cpu"), max_seq_len=256, batch_size=3)
+    pairs = [("def add(a, b):", "\n    return a + b"), ("x = ", "1"), ("import os\n", "import sys"),
+             ("class A:", " pass"), ("for i in range(3):", "\n    print(i)")]
+    requests = [Instance("loglikelihood", {}, pair, i) for i, pair in enumerate(pairs)]
+    got = lm.loglikelihood(requests)
+    for (context, continuation), (logprob, greedy) in zip(pairs, got):
+        ctx, cont = lm._encode_pair(context, continuation)
+        expected, argmax = direct_logprob(model, ctx, cont)
+        assert logprob == pytest.approx(expected, abs=1e-4)
+        assert greedy == bool((argmax == torch.tensor(cont)).all())
+
+
+def test_loglikelihood_rolling_sums_every_token_over_lm_evals_windows(tiny):
+    from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
+
+    model, tokenizer = tiny
+    lm = TorchtuneLM(model, tokenizer, torch.device("cpu"), max_seq_len=8, batch_size=4)
+    text = "def f(x):\n    return x * 2\n\nprint(f(3))\n"
+    (got,) = lm.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, (text,), 0)])
+    ids = lm.tok_encode(text)
+    windows = list(map(make_disjoint_window, get_rolling_token_windows(
+        token_list=ids, prefix_token=lm.eot_token_id, max_seq_len=8, context_len=1)))
+    assert len(windows) > 1 and sum(len(cont) for _, cont in windows) == len(ids)
+    expected = sum(direct_logprob(model, ctx, cont)[0] for ctx, cont in windows)
+    assert got == pytest.approx(expected, abs=1e-3)
+
+
+def test_generate_until_is_greedy_and_stops_at_the_stop_sequence(tiny):
+    model, tokenizer = tiny
+    lm = TorchtuneLM(model, tokenizer, torch.device("cpu"), max_seq_len=128, batch_size=2)
+    prompts = ["def main():", "import"]
+    outputs = lm.generate_until([Instance("generate_until", {}, (p, {"until": [], "max_gen_toks": 6}), i)
+                                 for i, p in enumerate(prompts)])
+    for prompt, text in zip(prompts, outputs):
+        ids = lm.tok_encode(prompt)
+        with torch.no_grad():  # greedy decoding without a cache
+            for _ in range(6):
+                ids.append(int(model(torch.tensor([ids]))[0, -1].argmax()))
+        expected = lm.tok_decode(ids[len(lm.tok_encode(prompt)):])
+        assert text == expected.split(tokenizer.decode([tokenizer.eos_id]))[0]
+    stop = outputs[0][2:4]
+    (cut,) = lm.generate_until([Instance("generate_until", {}, (prompts[0], {"until": [stop], "max_gen_toks": 6}), 0)])
+    assert cut == outputs[0].split(stop)[0]
+
+
+def test_the_local_humaneval_task_runs_offline(tiny, monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    model, tokenizer = tiny
+    lm = TorchtuneLM(model, tokenizer, torch.device("cpu"), max_seq_len=512, batch_size=4)
+    out = lm_eval.simple_evaluate(model=lm, tasks=["humaneval_likelihood"], limit=4, log_samples=False,
+                                  task_manager=TaskManager(include_path="entrodrop/tasks"))
+    result = out["results"]["humaneval_likelihood"]
+    assert -20 < task_score(result) < 0 and result["sample_len"] == 4
+    assert group_scores(out["results"], {"code": ["humaneval_likelihood"]}) == {"code": task_score(result)}
+
+
+class FixedLogits(torch.nn.Module):
+    """A stand-in model whose logits give each position a chosen loss."""
+
+    def __init__(self, logits):
+        super().__init__()
+        self.logits = logits
+
+    def forward(self, tokens, mask=None, input_pos=None):
+        return self.logits
+
+
+def test_bucket_losses_on_a_constructed_example():
+    # One row: a document of 6 tokens, then padding. Position t predicts token t + 1 with loss
+    # losses[t]; the entropies are those of the input tokens.
+    vocab, losses = 4, torch.tensor([0.1, 0.2, 0.3, 0.4, 0.5])
+    labels = torch.tensor([[1, 2, 3, 0, 1, IGNORE_INDEX, IGNORE_INDEX, IGNORE_INDEX]])
+    logits = torch.zeros(1, 8, vocab)
+    for t, loss in enumerate(losses):
+        # log softmax at the label = -loss: put mass p = exp(-loss) there, spread the rest
+        p = math.exp(-loss)
+        logits[0, t] = math.log((1 - p) / (vocab - 1))
+        logits[0, t, labels[0, t]] = math.log(p)
+    entropy = torch.tensor([[math.nan, 1.0, 9.0, 2.0, 8.0, 5.0, math.nan, math.nan]])
+    batch = {"tokens": torch.zeros(1, 8, dtype=torch.long), "labels": labels, "entropy": entropy,
+             "document_ids": torch.tensor([[0] * 6 + [-1] * 2]), "input_pos": torch.arange(8).unsqueeze(0)}
+    sums = bucket_loss_sums(FixedLogits(logits), batch, thresholds=(2.0, 8.0), device=torch.device("cpu"))
+    # Predicted tokens 1..5 have entropies 1, 9, 2, 8, 5: low (<= 2) are positions 0 and 2,
+    # high (>= 8) positions 1 and 3.
+    expected = [losses.sum(), 5, losses[[0, 2]].sum(), 2, losses[[1, 3]].sum(), 2]
+    torch.testing.assert_close(sums.float(), torch.tensor(expected, dtype=torch.float32), atol=1e-5, rtol=0)
+
+
+def test_summary_picks_the_best_checkpoint_by_the_target_group(tmp_path):
+    records = [
+        {"step": 10, "target_epoch": 1.0, "checkpoint": "c10", "val_loss": {"all": 2.0, "low": 1, "high": 3},
+         "groups": {"code": 0.2, "general": 0.9}},
+        {"step": 20, "target_epoch": 2.0, "checkpoint": "c20", "val_loss": {"all": 1.5, "low": 1, "high": 3},
+         "groups": {"code": 0.1, "general": 0.5}},
+        {"step": 30, "target_epoch": 3.0, "checkpoint": "c30", "val_loss": {"all": 1.8, "low": 1, "high": 3},
+         "groups": {"code": 0.4, "general": 0.1}},
+    ]
+    for record in records:
+        summary = record_evaluation(tmp_path, record, "code")
+    assert summary["best_checkpoint"]["path"] == "c30" and summary["best_checkpoint"]["by"] == "code average"
+    assert (summary["best_epoch"], summary["min_val_loss"]) == (2.0, 1.5)
+    assert json.loads((tmp_path / "summary.json").read_text()) == summary
+
+
+def write_fake_run(root, name, gamma_max, val_losses):
+    run = root / name
+    (run / "logs").mkdir(parents=True)
+    lines = [f"Step {s} | loss:{3 - s / 100} gamma_max:{gamma_max * s / 40} gamma:{gamma_max * s / 80} "
+             f"target_epoch:{s / 10}" for s in range(1, 41)]
+    (run / "logs" / "log_1.txt").write_text("\n".join(lines) + "\n")
+    for epoch, loss in enumerate(val_losses, start=1):
+        record_evaluation(run / "eval", {"step": epoch * 10, "target_epoch": float(epoch), "checkpoint": f"step_{epoch * 10}",
+                                         "val_loss": {"all": loss, "low": loss / 2, "high": loss * 2},
+                                         "groups": {"code": -loss}}, "code")
+    return run
+
+
+def test_report_writes_plots_table_and_proposes_the_midpoint(tmp_path):
+    baseline = write_fake_run(tmp_path, "baseline", 0.0, [2.0, 1.6, 1.7, 1.9])
+    entrodrop = write_fake_run(tmp_path, "entrodrop", 0.1, [2.0, 1.7, 1.5, 1.55])
+    written = write_report([read_run(baseline), read_run(entrodrop)], tmp_path / "report", "code", "baseline")
+    for f in written["files"]:
+        assert (tmp_path / "report" / f.split("/")[-1]).stat().st_size > 1000 or f.endswith(".md")
+    table = (tmp_path / "report" / "table.md").read_text()
+    assert "| baseline | -1.600 | 2.00 | 1.6000 |" in table
+    assert "| entrodrop | -1.500 | 3.00 | 1.5000 |" in table
+    assert written["midpoint"] == {"run": "baseline", "midpoint_epochs": 2.0, "midpoint_steps": 20}
+    assert "token_dropout.midpoint: 2.00" in table
+    png = (tmp_path / "report" / "val_loss_by_entropy.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and np.frombuffer(png, np.uint8).size > 10_000
