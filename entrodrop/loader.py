@@ -129,7 +129,8 @@ class MixedPackedStream(BaseNode[Dict[str, Any]]):
 
     Args:
         target_tokens (SampleStore): token store of the target corpus.
-        target_entropy (SampleStore): entropy cache of the same samples.
+        target_entropy (Optional[SampleStore]): entropy cache of the same samples; None for runs that
+            need no entropy (plain training, NEFTune...): every entropy is then NaN.
         general_tokens (SampleStore): token store of the general corpus.
         seq_len (int): tokens per row.
         global_batch_size (int): rows per step over all ranks.
@@ -143,7 +144,7 @@ class MixedPackedStream(BaseNode[Dict[str, Any]]):
         CacheMismatchError: the entropy cache does not belong to the target token store.
     """
 
-    def __init__(self, target_tokens: SampleStore, target_entropy: SampleStore, general_tokens: SampleStore,
+    def __init__(self, target_tokens: SampleStore, target_entropy: Optional[SampleStore], general_tokens: SampleStore,
                  seq_len: int, global_batch_size: int, target_ratio: float, seed: int,
                  rank: int = 0, world_size: int = 1) -> None:
         super().__init__()
@@ -158,7 +159,8 @@ class MixedPackedStream(BaseNode[Dict[str, Any]]):
                                 f"longer than seq_len={seq_len}")
         if problems:
             raise ValueError("invalid loader settings:\n  " + "\n  ".join(problems))
-        check_join(target_tokens, target_entropy)
+        if target_entropy is not None:
+            check_join(target_tokens, target_entropy)
         self._target, self._entropy, self._general = target_tokens, target_entropy, general_tokens
         self._seq_len, self._global_batch_size, self._ratio, self._seed = seq_len, global_batch_size, target_ratio, seed
         self._rows = range(rank * global_batch_size // world_size, (rank + 1) * global_batch_size // world_size)
@@ -245,7 +247,7 @@ class MixedPackedStream(BaseNode[Dict[str, Any]]):
 
     def _fetch(self, domain: int, i: int) -> Tuple[np.ndarray, Optional[np.ndarray]]:
         ids = (self._target if domain == TARGET else self._general)[i]
-        if domain != TARGET:
+        if domain != TARGET or self._entropy is None:
             return ids, None
         self._entropy.check_sample(i, ids)
         return ids, self._entropy[i]
@@ -290,13 +292,14 @@ def pack_rows(rows: List[List[Tuple[int, int]]], seq_len: int,
     }
 
 
-def build_loader(target_tokens_dir: str, target_entropy_dir: str, general_tokens_dir: str, seq_len: int,
+def build_loader(target_tokens_dir: str, target_entropy_dir: Optional[str], general_tokens_dir: str, seq_len: int,
                  global_batch_size: int, target_ratio: float, seed: int, rank: int = 0,
                  world_size: int = 1) -> Loader:
     """A stateful ``torchdata.nodes.Loader`` over ``MixedPackedStream``: ``state_dict()`` after
     a batch and ``load_state_dict()`` on a fresh loader resume right after that batch."""
     stream = MixedPackedStream(
-        SampleStore(target_tokens_dir, "tokens"), SampleStore(target_entropy_dir, "entropy"),
+        SampleStore(target_tokens_dir, "tokens"),
+        SampleStore(target_entropy_dir, "entropy") if target_entropy_dir else None,
         SampleStore(general_tokens_dir, "tokens"), seq_len, global_batch_size, target_ratio, seed,
         rank, world_size,
     )

@@ -75,7 +75,10 @@ class EntroDropRecipeDistributed:
             if not cfg[key] > 0:
                 problems.append(f"{key}={cfg[key]} must be positive")
         for key in ("target_tokens", "target_entropy", "general_tokens"):
-            if not (Path(cfg.data[key]) / "manifest.json").exists():
+            if key == "target_entropy" and cfg.data[key] is None:
+                if td.schedule != "none" and td.targeting != "random":
+                    problems.append("data.target_entropy=null: entropy-guided dropout needs the entropy cache")
+            elif not (Path(cfg.data[key]) / "manifest.json").exists():
                 problems.append(f"data.{key}={cfg.data[key]} holds no store (run the tokenize / precompute recipes)")
         if problems:
             raise ValueError("invalid EntroDrop config:\n  " + "\n  ".join(problems))

@@ -204,7 +204,7 @@ def test_tokenize_recipe_one_and_two_processes_and_the_loader_joins_it(tiny_asse
     def tokenize(out, nproc):
         result = tune_run("recipes/tokenize_corpus.py", "--config", "configs/tiny/qwen3_tokenize.yaml",
                           f"corpora.target.store_dir={out}/target", f"corpora.general.store_dir={out}/general",
-                          "samples_per_shard=100", nproc=nproc)
+                          f"corpora.target_val.store_dir={out}/target_val", "samples_per_shard=100", nproc=nproc)
         assert result.returncode == 0, result.stderr[-3000:]
 
     tokenize(tmp_path / "one", 1)
