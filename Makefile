@@ -32,8 +32,9 @@ $(ASSETS): $(INSTALLED) scripts/make_tiny_assets.py $(LIBRARY)
 test: $(ASSETS)
 	$(PY) -m pytest tests
 
+# FULL=1 make demo: the longer version.
 demo: $(ASSETS)
-	$(VENV)/bin/tune run recipes/smoke.py --config configs/tiny/qwen3_smoke.yaml
+	$(PY) scripts/demo.py
 
 clean:
 	rm -rf $(VENV) assets outputs

@@ -10,6 +10,7 @@ writes
     qwen3/       a tiny Qwen3 (tied embeddings, head_dim != embed_dim / num_heads, GQA) as a
                  Hugging Face checkpoint: config.json, model.safetensors, tokenizer files
     llama3_1/    a tiny Llama3.1 (llama3 rope scaling, untied) as a Hugging Face checkpoint
+    qwen3_demo/  the demo's Qwen3 (4 layers, width 256, 3.7M parameters), random weights
     sample.txt   a slice of real text for smoke runs
     target.jsonl a small target-domain corpus (code: top-level blocks of stdlib modules the
                  tokenizer did not see), one {"text": ...} record a line, and target_val.jsonl,
@@ -53,6 +54,12 @@ TINY_QWEN3 = dict(
 TINY_LLAMA3_1 = dict(
     vocab_size=VOCAB_SIZE, num_layers=2, num_heads=4, num_kv_heads=2, embed_dim=64,
     intermediate_dim=192, max_seq_len=131_072, norm_eps=1e-5, rope_base=500_000, scale_factor=8,
+)
+# The demo's model: wide and deep enough to memorize a scarce corpus within minutes on CPU.
+DEMO_QWEN3 = dict(
+    vocab_size=VOCAB_SIZE, num_layers=4, num_heads=8, num_kv_heads=4, embed_dim=256,
+    intermediate_dim=768, max_seq_len=2048, head_dim=32, norm_eps=1e-6, rope_base=1_000_000.0,
+    tie_word_embeddings=True,
 )
 CORPUS_CHARS = 4_000_000
 TARGET_RECORDS = 64
@@ -135,6 +142,8 @@ def main(out: Path) -> None:
     train_tokenizer(tokenizer_dir)
     init_weights(model := qwen3(**TINY_QWEN3), seed=0)
     write_model(out / "qwen3", "QWEN3", TINY_QWEN3, model, tokenizer_dir)
+    init_weights(model := qwen3(**DEMO_QWEN3), seed=2)
+    write_model(out / "qwen3_demo", "QWEN3", DEMO_QWEN3, model, tokenizer_dir)
     init_weights(model := llama3_1(**TINY_LLAMA3_1), seed=1)
     write_model(out / "llama3_1", "LLAMA3", TINY_LLAMA3_1, model, tokenizer_dir)
     # Held-out text: the last stdlib files, which the tokenizer's budget did not reach.
