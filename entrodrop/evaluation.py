@@ -141,3 +141,64 @@ def record_evaluation(eval_dir, record: Dict, target_group: str) -> Dict:
                                       "step": best["step"], "target_epoch": best["target_epoch"], "path": best["checkpoint"]}
     (eval_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
+
+
+class Evaluator:
+    """One evaluation point of a run: entropy-bucket validation and lm-eval task groups, with
+    nothing perturbed. The caller puts the model in eval mode and turns its perturbations off;
+    the training RNG is restored after, so evaluating does not change the run.
+
+    Args:
+        model: the model being trained (plain or FSDP2-sharded).
+        device: where it runs.
+        validation (Optional[Tuple[SampleStore, SampleStore]]): held-out target token store and
+            its entropy cache, or None.
+        seq_len (int): row length for validation.
+        batch_size (int): validation rows per forward.
+        lm: a ``TorchtuneLM`` around ``model``, or None for no tasks.
+        task_groups (Dict[str, List[str]]): lm-eval tasks by group.
+        target_group (str): the group whose average picks the best checkpoint.
+        task_manager: lm-eval's ``TaskManager`` (with the local task directory).
+        limit (Optional[int]): documents per task (None: all).
+        allow_code_execution (bool): lm-eval's ``confirm_run_unsafe_code``.
+        rank (int), world_size (int): this process among those sharing the model.
+    """
+
+    def __init__(self, model, device, validation, seq_len: int, batch_size: int, lm, task_groups: Dict[str, List[str]],
+                 target_group: str, task_manager, limit, allow_code_execution: bool, rank: int = 0, world_size: int = 1):
+        self._model, self._device, self._lm = model, device, lm
+        self._validation = None
+        if validation is not None:
+            tokens, entropy = validation
+            from entrodrop.loader import check_join
+
+            check_join(tokens, entropy)
+            self._validation = (tokens, entropy, bucket_thresholds(entropy))
+        self._seq_len, self._batch_size = seq_len, batch_size
+        self._task_groups, self._target_group = task_groups, target_group
+        self._task_manager, self._limit, self._allow_code = task_manager, limit, allow_code_execution
+        self._rank, self._world_size = rank, world_size
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self._validation or self._lm)
+
+    def __call__(self, step: int, target_epoch: float, checkpoint: str) -> Dict:
+        """The evaluation record (tasks and groups on rank 0 only, as lm-eval returns them)."""
+        record = {"step": step, "target_epoch": target_epoch, "checkpoint": checkpoint}
+        with torch.random.fork_rng(devices=[self._device] if self._device.type == "cuda" else []):
+            if self._validation:
+                tokens, entropy, thresholds = self._validation
+                batches = validation_batches(tokens, entropy, self._seq_len, self._batch_size, self._rank, self._world_size)
+                record["val_loss"] = validation_losses(self._model, batches, thresholds, self._device, self._world_size > 1)
+            if self._lm:
+                import lm_eval
+
+                tasks = [t for ts in self._task_groups.values() for t in ts]
+                out = lm_eval.simple_evaluate(model=self._lm, tasks=tasks, task_manager=self._task_manager,
+                                              limit=self._limit, confirm_run_unsafe_code=self._allow_code,
+                                              log_samples=False, verbosity="WARNING")
+                if out is not None:  # lm-eval returns the results on local rank 0 only
+                    record["tasks"] = {t: out["results"][t] for t in tasks}
+                    record["groups"] = group_scores(out["results"], self._task_groups)
+        return record

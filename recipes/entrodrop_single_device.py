@@ -23,19 +23,14 @@ from pathlib import Path
 
 import torch
 from omegaconf import DictConfig
+from lm_eval.tasks import TaskManager
 from torchtune import config, training, utils
 from torchtune.modules import TransformerSelfAttentionLayer
 
 from entrodrop.checkpointing import HFCheckpointer, latest_checkpoint
-from entrodrop.evaluation import (
-    bucket_thresholds,
-    group_scores,
-    record_evaluation,
-    validation_batches,
-    validation_losses,
-)
+from entrodrop.evaluation import Evaluator, record_evaluation
 from entrodrop.lm_eval_adapter import TorchtuneLM
-from entrodrop.loader import block_causal_mask, build_loader, check_join, plan_budget
+from entrodrop.loader import block_causal_mask, build_loader, plan_budget
 from entrodrop.method import (
     EmbeddingHook,
     TokenDropout,
@@ -193,7 +188,7 @@ class EntroDropRecipeSingleDevice:
                     "tokens_per_second": num_tokens / (time.perf_counter() - start),
                 }, step=self._step)
             epoch_ended, epoch = math.floor(batch["target_epoch"]) > math.floor(epoch), batch["target_epoch"]
-            evaluate = bool(self._validation or self._lm) and (
+            evaluate = self._evaluator.enabled and (
                 (self._eval_every and self._step % self._eval_every == 0) or self._step == self._num_steps
                 or (epoch_ended and self._eval_at_epoch_end))
             if self._step % self._save_every == 0 or epoch_ended or evaluate or self._step == self._num_steps:
@@ -202,53 +197,33 @@ class EntroDropRecipeSingleDevice:
                 self._evaluate(epoch, str(checkpoint))
 
     def _setup_evaluation(self, cfg: DictConfig) -> None:
-        """Held-out entropy-bucket validation and lm-eval task groups, run by ``_evaluate``."""
+        """Held-out entropy-bucket validation and lm-eval task groups (``entrodrop.evaluation``)."""
         ev = cfg.evaluation
-        self._validation = None
+        validation = None
         if ev.validation.target_tokens:
-            tokens = SampleStore(ev.validation.target_tokens, "tokens")
-            entropy = SampleStore(ev.validation.target_entropy, "entropy")
-            check_join(tokens, entropy)
-            self._validation = (tokens, entropy, bucket_thresholds(entropy), ev.validation.batch_size, cfg.data.seq_len)
-        self._task_groups = {g: list(tasks) for g, tasks in ev.lm_eval.tasks.items()}
-        self._target_group = ev.lm_eval.target_group
-        self._lm = None
-        if any(self._task_groups.values()):
-            import lm_eval.tasks
-
+            validation = (SampleStore(ev.validation.target_tokens, "tokens"),
+                          SampleStore(ev.validation.target_entropy, "entropy"))
+        groups = {g: list(tasks) for g, tasks in ev.lm_eval.tasks.items()}
+        lm = task_manager = None
+        if any(groups.values()):
             if ev.lm_eval.allow_code_execution:
                 os.environ["HF_ALLOW_CODE_EVAL"] = "1"  # what lm-eval's code tasks check
-            self._lm = TorchtuneLM(self._model, config.instantiate(cfg.tokenizer), self._device,
-                                   ev.lm_eval.max_seq_len, ev.lm_eval.batch_size, ev.lm_eval.max_gen_toks,
-                                   distributed=False)
-            self._task_manager = lm_eval.tasks.TaskManager(include_path=ev.lm_eval.include_path)
-            self._lm_eval_limit, self._allow_code = ev.lm_eval.limit, ev.lm_eval.allow_code_execution
-        self._eval_dir = self._output_dir / "eval"
+            lm = TorchtuneLM(self._model, config.instantiate(cfg.tokenizer), self._device, ev.lm_eval.max_seq_len,
+                             ev.lm_eval.batch_size, ev.lm_eval.max_gen_toks, distributed=False)
+            task_manager = TaskManager(include_path=ev.lm_eval.include_path)
+        self._evaluator = Evaluator(self._model, self._device, validation, cfg.data.seq_len, ev.validation.batch_size,
+                                    lm, groups, ev.lm_eval.target_group, task_manager, ev.lm_eval.limit,
+                                    ev.lm_eval.allow_code_execution, 0, 1)
+        self._target_group = ev.lm_eval.target_group
 
     def _evaluate(self, target_epoch: float, checkpoint: str) -> None:
-        """Validation by entropy bucket and the task groups, with nothing perturbed; the training
-        RNG and mode are restored after, so evaluating does not change the run."""
+        """Evaluate with nothing perturbed, then back to training."""
         self._model.eval()
         self._embedding_hook.set(None)
-        record = {"step": self._step, "target_epoch": target_epoch, "checkpoint": checkpoint}
-        with torch.random.fork_rng(devices=[self._device] if self._device.type == "cuda" else []):
-            if self._validation:
-                tokens, entropy, thresholds, batch_size, seq_len = self._validation
-                batches = validation_batches(tokens, entropy, seq_len, batch_size, 0, 1)
-                record["val_loss"] = validation_losses(self._model, batches, thresholds, self._device)
-            if self._lm:
-                import lm_eval
-
-                tasks = [t for ts in self._task_groups.values() for t in ts]
-                out = lm_eval.simple_evaluate(model=self._lm, tasks=tasks, task_manager=self._task_manager,
-                                              limit=self._lm_eval_limit, confirm_run_unsafe_code=self._allow_code,
-                                              log_samples=False, verbosity="WARNING")
-                if out is not None:  # lm-eval returns the results on local rank 0 only
-                    record["tasks"] = {t: out["results"][t] for t in tasks}
-                    record["groups"] = group_scores(out["results"], self._task_groups)
+        record = self._evaluator(self._step, target_epoch, checkpoint)
         self._model.train()
         if self._metric_logger:
-            summary = record_evaluation(self._eval_dir, record, self._target_group)
+            summary = record_evaluation(self._output_dir / "eval", record, self._target_group)
             flat = {f"val_loss_{k}": v for k, v in record.get("val_loss", {}).items()}
             flat.update({f"{g}_average": v for g, v in record.get("groups", {}).items()})
             self._metric_logger.log_dict(flat, step=self._step)
