@@ -30,7 +30,7 @@ $(ASSETS): $(INSTALLED) scripts/make_tiny_assets.py $(LIBRARY)
 	touch $@
 
 test: $(ASSETS)
-	$(PY) -m pytest tests
+	$(PY) -m pytest
 
 # FULL=1 make demo: the longer version.
 demo: $(ASSETS)
