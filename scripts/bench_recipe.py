@@ -148,7 +148,9 @@ def main() -> None:
         ours = ["recipes/entrodrop_single_device.py", "--config", "configs/tiny/qwen3_entrodrop_single_device.yaml",
                 f"data.target_tokens={tmp}/target", f"data.target_entropy={tmp}/entropy",
                 f"data.general_tokens={tmp}/general", f"total_tokens={args.steps * SLOTS}",
-                f"save_every_n_steps={args.steps}"]
+                f"save_every_n_steps={args.steps}",
+                # evaluation off: this measures training steps
+                "evaluation.validation.target_tokens=null", "evaluation.lm_eval.tasks.code=[]"]
         runs = {
             "qwen3: ours, EntroDrop on": ours + ["token_dropout.schedule=static"],
             "qwen3: ours, EntroDrop off": ours + ["token_dropout.schedule=none"],
