@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from entrodrop.loader import IGNORE_INDEX, TARGET, block_causal_mask, pack_rows
+from entrodrop.loader import IGNORE_INDEX, TARGET, block_causal_mask, check_join, pack_rows
 from entrodrop.sample_store import SampleStore
 
 LOW_FRACTION, HIGH_FRACTION = 0.5, 0.25
@@ -170,8 +170,6 @@ class Evaluator:
         self._validation = None
         if validation is not None:
             tokens, entropy = validation
-            from entrodrop.loader import check_join
-
             check_join(tokens, entropy)
             self._validation = (tokens, entropy, bucket_thresholds(entropy))
         self._seq_len, self._batch_size = seq_len, batch_size

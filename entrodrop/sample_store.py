@@ -349,10 +349,9 @@ class SampleStore:
                 "Check with recipes/verify_entropy_cache.py"
             )
 
-    def verify(self, key: Dict[str, Any], table: np.ndarray, fields: Sequence[str] = KEY_FIELDS) -> None:
-        """Raise one error naming everything that differs (of ``fields`` of the key) and the
-        first sample where it does."""
-        _raise_if(mismatches(key, table, self.key, self.table, fields),
+    def verify(self, key: Dict[str, Any], table: np.ndarray) -> None:
+        """Raise one error naming everything that differs and the first sample where it does."""
+        _raise_if(mismatches(key, table, self.key, self.table),
                   f"the {KINDS[self.kind][0]} at {self.dir} does not match")
 
 

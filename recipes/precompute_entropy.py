@@ -17,7 +17,6 @@ import os
 import sys
 import time
 
-import torch
 import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 from torchtune import config, training, utils

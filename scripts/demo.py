@@ -27,10 +27,10 @@ import sysconfig
 import time
 from pathlib import Path
 
+from entrodrop.checkpointing import latest_checkpoint
+from entrodrop.report import propose_midpoint, read_run, write_report
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-from entrodrop.checkpointing import latest_checkpoint  # noqa: E402
-from entrodrop.report import propose_midpoint, read_run, write_report  # noqa: E402
 
 OUT = REPO / "outputs" / "demo"
 TUNE = str(Path(sys.executable).parent / "tune")

@@ -10,7 +10,6 @@ from entrodrop.loader import (
     IGNORE_INDEX,
     PADDING,
     TARGET,
-    MixedPackedStream,
     block_causal_mask,
     build_loader,
     plan_budget,
