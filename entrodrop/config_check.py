@@ -1,0 +1,222 @@
+"""Check a recipe's config against the keys the recipe reads, before any compute.
+
+A schema is a nested dict that mirrors the YAML: each leaf is a check, a function of the value
+that returns why it is invalid (or None), and each ``Component()`` leaf is a ``_component_``
+node whose arguments must bind to what it names. ``check_config`` returns every problem at
+once - each missing key, each unknown key with the closest known one (a misspelt override
+such as ``token_dropout.gama_max=0.5`` would otherwise be merged in and ignored), each invalid
+value - and ``raise_problems`` makes them one error.
+
+Example:
+    >>> from omegaconf import OmegaConf
+    >>> schema = {"seed": integer(), "token_dropout": {"gamma_max": number_in(0, 1)}}
+    >>> check_config(OmegaConf.create({"token_dropout": {"gama_max": 0.5}}), schema)
+    ['missing key: seed', 'missing key: token_dropout.gamma_max', 'unknown key: token_dropout.gama_max (did you mean gamma_max?)']
+"""
+
+import difflib
+import inspect
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+
+from omegaconf import DictConfig, OmegaConf
+
+Check = Callable[[Any], Optional[str]]  # value -> why it is invalid, or None
+
+
+class ConfigError(ValueError):
+    """A config with missing, unknown or invalid keys; the message lists all of them."""
+
+
+# ---------------------------------------------------------------------------- value checks
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def anything() -> Check:
+    return lambda value: None
+
+
+def integer(minimum: Optional[int] = None) -> Check:
+    """An int (not a bool), at least ``minimum``."""
+    def check(value):
+        if not _is_int(value):
+            return "must be an integer"
+        if minimum is not None and value < minimum:
+            return "must be a positive integer" if minimum == 1 else f"must be >= {minimum}"
+        return None
+    return check
+
+
+def number_in(low: float, high: float, low_open: bool = False, high_open: bool = False) -> Check:
+    """A number in the interval; ``*_open`` excludes that end. Math notation in the message."""
+    interval = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+
+    def check(value):
+        if not _is_number(value):
+            return f"must be a number in {interval}"
+        inside = (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
+        return None if inside else f"must be in {interval}"
+    return check
+
+
+def positive_number() -> Check:
+    return lambda value: None if _is_number(value) and value > 0 else "must be a positive number"
+
+
+def one_of(*choices: Any) -> Check:
+    return lambda value: None if value in choices else f"must be one of {choices}"
+
+
+def boolean() -> Check:
+    return lambda value: None if isinstance(value, bool) else "must be True or False"
+
+
+def string() -> Check:
+    return lambda value: None if isinstance(value, str) and value else "must be a non-empty string"
+
+
+def optional(check: Check) -> Check:
+    """``check``, or null."""
+    return lambda value: None if value is None else check(value)
+
+
+def existing_dir(what: str, marker: str, how: str) -> Check:
+    """A directory holding ``marker`` (a store's manifest, a checkpoint's config.json)."""
+    def check(value):
+        if not isinstance(value, str) or not value:
+            return "must be a path"
+        return None if (Path(value) / marker).is_file() else f"holds no {what} ({marker} missing): {how}"
+    return check
+
+
+def mapping(check: Check) -> Check:
+    """A dict whose every value passes ``check`` (open keys, e.g. lm-eval task groups)."""
+    def check_all(value):
+        if not isinstance(value, Mapping):
+            return "must be a mapping"
+        bad = {k: why for k, why in ((k, check(v)) for k, v in value.items()) if why}
+        return "; ".join(f"{k}: {why}" for k, why in bad.items()) or None
+    return check_all
+
+
+def list_of_strings() -> Check:
+    def check(value):
+        ok = isinstance(value, Sequence) and not isinstance(value, str) and all(isinstance(v, str) for v in value)
+        return None if ok else "must be a list of names"
+    return check
+
+
+@dataclass(frozen=True)
+class Component:
+    """A ``_component_`` node: what it names must import, and its other keys must be arguments
+    of it. ``bound`` lists the arguments the recipe passes itself (the optimizer's params)."""
+
+    bound: Sequence[str] = ()
+
+
+# ---------------------------------------------------------------------------- the check
+
+
+def _closest(name: str, known: Sequence[str]) -> str:
+    match = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return f" (did you mean {match[0]}?)" if match else ""
+
+
+def _component_problems(node: Any, spec: Component, path: str) -> List[str]:
+    from torchtune.config._utils import _get_component_from_path  # what config.instantiate uses
+
+    if not isinstance(node, Mapping) or "_component_" not in node:
+        return [f"{path}: must be a node with a _component_"]
+    try:
+        target = _get_component_from_path(node["_component_"])
+    except Exception as e:  # torchtune raises InstantiationError with the import failure
+        return [f"{path}._component_={node['_component_']}: cannot be imported ({e})"]
+    try:
+        params = inspect.signature(target).parameters
+    except (TypeError, ValueError):  # a builtin without a signature: nothing to check
+        return []
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return []
+    names = [n for n in params if n not in spec.bound]
+    problems = [f"unknown key: {path}.{key}{_closest(key, names)} ({node['_component_']} takes {names})"
+                for key in node if key != "_component_" and key not in params]
+    required = [n for n, p in params.items() if p.default is p.empty and n not in spec.bound
+                and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    problems += [f"missing key: {path}.{n} (an argument of {node['_component_']})" for n in required if n not in node]
+    return problems
+
+
+def check_config(cfg: DictConfig, schema: Mapping[str, Any], prefix: str = "") -> List[str]:
+    """Every missing key, unknown key and invalid value of ``cfg`` against ``schema``.
+
+    Values are read resolved (``${...}`` interpolations filled in); one that cannot be resolved
+    is a problem too.
+    """
+    problems: List[str] = []
+    node = cfg if isinstance(cfg, Mapping) else {}
+    for key, spec in schema.items():
+        path = f"{prefix}{key}"
+        if key not in node:
+            problems.append(f"missing key: {path}")
+            continue
+        try:
+            value = node[key]
+            value = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+        except Exception as e:  # omegaconf's InterpolationResolutionError and kin
+            problems.append(f"{path}: cannot be resolved ({e})")
+            continue
+        if isinstance(spec, Mapping):
+            if isinstance(node[key], Mapping):
+                problems += check_config(node[key], spec, f"{path}.")
+            else:
+                problems.append(f"{path}={value!r} must be a node with keys {list(spec)}")
+        elif isinstance(spec, Component):
+            problems += _component_problems(value, spec, path)
+        else:
+            why = spec(value)
+            if why:
+                problems.append(f"{path}={value} {why}")
+    problems += [f"unknown key: {prefix}{key}{_closest(key, list(schema))}" for key in node if key not in schema]
+    return problems
+
+
+def raise_problems(problems: List[str], what: str) -> None:
+    """One ``ConfigError`` that lists every problem, or nothing."""
+    if problems:
+        count = f"{len(problems)} problem{'s' * (len(problems) > 1)}"
+        raise ConfigError(f"invalid {what} config ({count}):\n  " + "\n  ".join(problems))
+
+
+def differences(saved: Mapping[str, Any], current: Mapping[str, Any], may_change: Sequence[str],
+                prefix: str = "") -> List[str]:
+    """Keys whose values differ between two plain config dicts, except those under
+    ``may_change`` (dotted keys); as ``"key: checkpoint has A, now B"`` lines.
+
+    Example:
+        >>> differences({"a": 1, "b": {"c": 2}, "log": 1}, {"a": 1, "b": {"c": 3}, "log": 5}, ["log"])
+        ['b.c: checkpoint has 2, now 3']
+    """
+    lines = []
+    for key in sorted(set(saved) | set(current), key=str):
+        path = f"{prefix}{key}"
+        if path in may_change:
+            continue
+        old, new = saved.get(key, "<absent>"), current.get(key, "<absent>")
+        if isinstance(old, Mapping) and isinstance(new, Mapping):
+            lines += differences(old, new, may_change, f"{path}.")
+        elif old != new:
+            lines.append(f"{path}: checkpoint has {old}, now {new}")
+    return lines
+
+
+def plain(cfg: DictConfig) -> Dict[str, Any]:
+    """The config as plain, resolved Python values (what checkpoints keep)."""
+    return OmegaConf.to_container(cfg, resolve=True)

@@ -1,0 +1,199 @@
+"""The keys each recipe reads, for ``entrodrop.config_check.check_config``.
+
+A recipe checks its whole config against its schema first, so every mistake is reported in
+one error in about the time it takes to import the recipe. A copied recipe that reads a new
+key adds it to a copy of the schema (``{**TRAINING, "my_key": integer()}``); a key in the YAML
+that no schema names is reported as unknown, with the closest known key.
+
+``*_RULES`` are checks across keys; each runs only when the keys it reads are present and
+valid on their own, so one mistake is not reported twice.
+"""
+
+from pathlib import Path
+from typing import Callable, List, Sequence, Tuple
+
+from omegaconf import DictConfig
+
+from entrodrop.config_check import (
+    Component,
+    boolean,
+    check_config,
+    existing_dir,
+    integer,
+    list_of_strings,
+    mapping,
+    number_in,
+    one_of,
+    optional,
+    positive_number,
+    raise_problems,
+    string,
+)
+from entrodrop.method import SCHEDULES, TARGETING
+
+Rule = Tuple[Sequence[str], Callable[[DictConfig], List[str]]]  # (keys it reads, cfg -> problems)
+
+TOKEN_STORE = existing_dir("store", "manifest.json", "run recipes/tokenize_corpus.py")
+ENTROPY_CACHE = existing_dir("store", "manifest.json", "run recipes/precompute_entropy.py")
+DTYPES = ("fp32", "bf16", "fp16")
+MIDPOINT_UNITS = ("steps", "epochs")
+
+MODEL = {
+    "device": string(),
+    "dtype": one_of(*DTYPES),
+    "model": Component(),
+    "checkpointer": Component(),
+}
+
+TRAINING = {
+    "output_dir": string(),
+    # True: an earlier run in output_dir is moved aside (output_dir.replaced-<time>) first.
+    "overwrite": boolean(),
+    "seed": integer(minimum=0),
+    **MODEL,
+    "resume": boolean(),
+    "data": {
+        "target_tokens": TOKEN_STORE,
+        "target_entropy": optional(ENTROPY_CACHE),
+        "general_tokens": TOKEN_STORE,
+        "seq_len": integer(minimum=1),
+        "target_ratio": number_in(0, 1, low_open=True, high_open=True),
+    },
+    "total_tokens": integer(minimum=1),
+    "global_batch_size": integer(minimum=1),
+    "gradient_accumulation_steps": integer(minimum=1),
+    "token_dropout": {
+        "targeting": one_of(*TARGETING),
+        "gate_percentile": number_in(0, 1, low_open=True),
+        "schedule": one_of(*SCHEDULES),
+        "gamma_max": number_in(0, 1),
+        "sharpness": positive_number(),
+        "midpoint": number_in(0, float("inf")),
+        "midpoint_unit": one_of(*MIDPOINT_UNITS),
+    },
+    "neftune_alpha": number_in(0, float("inf")),
+    "hidden_dropout": number_in(0, 1, high_open=True),
+    "optimizer": Component(bound=("params",)),
+    "lr_scheduler": Component(bound=("optimizer", "num_training_steps")),
+    "clip_grad_norm": positive_number(),
+    "loss": Component(),
+    "enable_activation_checkpointing": boolean(),
+    "compile": boolean(),
+    "tokenizer": Component(),
+    "evaluation": {
+        "every_n_steps": optional(integer(minimum=1)),
+        "at_epoch_end": boolean(),
+        "validation": {
+            "target_tokens": optional(TOKEN_STORE),
+            "target_entropy": optional(ENTROPY_CACHE),
+            "batch_size": integer(minimum=1),
+        },
+        "lm_eval": {
+            "tasks": mapping(list_of_strings()),
+            "target_group": string(),
+            "include_path": optional(string()),
+            "limit": optional(integer(minimum=1)),
+            "batch_size": integer(minimum=1),
+            "max_seq_len": integer(minimum=1),
+            "max_gen_toks": integer(minimum=1),
+            "allow_code_execution": boolean(),
+        },
+    },
+    "save_every_n_steps": integer(minimum=1),
+    # null keeps every checkpoint; N keeps the newest N and the best one.
+    "keep_last_n_checkpoints": optional(integer(minimum=1)),
+    "log_every_n_steps": integer(minimum=1),
+    "metric_logger": Component(),
+}
+
+# What a resumed run may change: where and how it is watched and stored, not what it trains.
+# Everything else (model, data stores, budget, method, optimizer, seed...) must match the
+# checkpoint's saved config.
+MAY_CHANGE_ON_RESUME = (
+    "output_dir", "checkpointer.output_dir", "resume", "overwrite", "device", "compile",
+    "enable_activation_checkpointing", "tokenizer", "evaluation", "save_every_n_steps",
+    "keep_last_n_checkpoints", "log_every_n_steps", "metric_logger",
+)
+
+
+def _checkpoint_dir(cfg: DictConfig) -> List[str]:
+    path = cfg.checkpointer.checkpoint_dir
+    if (Path(path) / "config.json").is_file():
+        return []
+    return [f"checkpointer.checkpoint_dir={path} holds no Hugging Face checkpoint (config.json missing)"]
+
+
+def _batch_split(cfg: DictConfig) -> List[str]:
+    if cfg.global_batch_size % cfg.gradient_accumulation_steps:
+        return [f"global_batch_size={cfg.global_batch_size} is not a multiple of "
+                f"gradient_accumulation_steps={cfg.gradient_accumulation_steps}"]
+    return []
+
+
+def _entropy_needed(cfg: DictConfig) -> List[str]:
+    td = cfg.token_dropout
+    if cfg.data.target_entropy is None and td.schedule != "none" and td.targeting != "random":
+        return ["data.target_entropy=null: entropy-guided dropout needs the entropy cache"]
+    return []
+
+
+def _validation_pair(cfg: DictConfig) -> List[str]:
+    v = cfg.evaluation.validation  # target_tokens: null turns validation off
+    if v.target_tokens is not None and v.target_entropy is None:
+        return [f"evaluation.validation.target_entropy=null: the validation store {v.target_tokens} needs its "
+                "entropy cache (recipes/precompute_entropy.py), or set target_tokens=null"]
+    return []
+
+
+TRAINING_RULES: List[Rule] = [
+    (["checkpointer"], _checkpoint_dir),
+    (["global_batch_size", "gradient_accumulation_steps"], _batch_split),
+    (["data.target_entropy", "token_dropout.schedule", "token_dropout.targeting"], _entropy_needed),
+    (["evaluation.validation.target_tokens", "evaluation.validation.target_entropy"], _validation_pair),
+]
+
+TOKENIZE = {
+    "tokenizer": Component(),
+    "corpora": mapping(lambda c: None if isinstance(c, dict) and set(c) == {"path", "text_field", "store_dir"}
+                       else "must have exactly the keys path, text_field and store_dir"),
+    "max_seq_len": integer(minimum=1),
+    "samples_per_shard": integer(minimum=1),
+}
+
+PRECOMPUTE = {
+    "cache_dir": string(),
+    **MODEL,
+    "target_tokens": TOKEN_STORE,
+    "batch_size": integer(minimum=1),
+    "chunk_size": integer(minimum=1),
+    "vocab_chunk_size": integer(minimum=1),
+    "samples_per_shard": integer(minimum=1),
+}
+PRECOMPUTE_RULES: List[Rule] = [(["checkpointer"], _checkpoint_dir)]
+
+SMOKE = {
+    "output_dir": string(),
+    **MODEL,
+    "tokenizer": Component(),
+    "text_file": string(),
+    "seq_len": integer(minimum=1),
+    "batch_size": integer(minimum=1),
+    "max_windows": integer(minimum=1),
+}
+SMOKE_RULES: List[Rule] = [(["checkpointer"], _checkpoint_dir)]
+
+
+def check_rules(cfg: DictConfig, rules: List[Rule], problems: List[str]) -> List[str]:
+    """The problems of each rule whose keys have none yet (see the module docs)."""
+    found = []
+    for keys, rule in rules:
+        if not any(key in line for key in keys for line in problems):
+            found += rule(cfg)
+    return found
+
+
+def check(cfg: DictConfig, schema: dict, rules: List[Rule], what: str) -> None:
+    """``check_config`` then the rules; raise one ``ConfigError`` listing everything."""
+    problems = check_config(cfg, schema)
+    raise_problems(problems + check_rules(cfg, rules, problems), what)
+

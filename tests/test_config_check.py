@@ -1,0 +1,102 @@
+"""Config checks: every missing, unknown and invalid key in one error; resume differences."""
+
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from entrodrop import schemas
+from entrodrop.config_check import ConfigError, check_config, differences
+
+REPO = Path(__file__).resolve().parent.parent
+TINY_TRAINING = REPO / "configs/tiny/qwen3_entrodrop_single_device.yaml"
+
+
+def training_problems(cfg) -> list:
+    problems = check_config(cfg, schemas.TRAINING)
+    # The tiny config's stores are made by the tests that need them: not a problem here.
+    return [p for p in problems + schemas.check_rules(cfg, schemas.TRAINING_RULES, problems) if "holds no store" not in p]
+
+
+def test_the_tiny_training_config_has_no_problem():
+    assert training_problems(OmegaConf.load(TINY_TRAINING)) == []
+
+
+def test_every_missing_unknown_and_invalid_key_is_listed_together():
+    cfg = OmegaConf.load(TINY_TRAINING)
+    del cfg.token_dropout["sharpness"], cfg["seed"]
+    cfg.token_dropout.gama_max = 0.5  # what a misspelt override `token_dropout.gama_max=0.5` adds
+    cfg.optimizer.weight_decy = 0.1
+    cfg.token_dropout.targeting = "middle"
+    cfg.token_dropout.gate_percentile = 0.0
+    cfg.token_dropout.schedule = "cosine"
+    cfg.token_dropout.gamma_max = 1.5
+    cfg.token_dropout.midpoint = -1
+    cfg.token_dropout.midpoint_unit = "days"
+    cfg.neftune_alpha = -1
+    cfg.hidden_dropout = 1.0
+    cfg.total_tokens = "lots"
+    cfg.global_batch_size = 6
+    cfg.gradient_accumulation_steps = 4
+    problems = training_problems(cfg)
+    expected = [
+        "missing key: seed", "missing key: token_dropout.sharpness",
+        "unknown key: token_dropout.gama_max (did you mean gamma_max?)",
+        "unknown key: optimizer.weight_decy (did you mean weight_decay?)",
+        "token_dropout.targeting=middle must be one of ('low', 'high', 'random')",
+        "token_dropout.gate_percentile=0.0 must be in (0, 1]",
+        "token_dropout.schedule=cosine must be one of ('sigmoid', 'static', 'none')",
+        "token_dropout.gamma_max=1.5 must be in [0, 1]",
+        "token_dropout.midpoint=-1 must be in [0, inf]",
+        "token_dropout.midpoint_unit=days must be one of ('steps', 'epochs')",
+        "neftune_alpha=-1 must be in [0, inf]", "hidden_dropout=1.0 must be in [0, 1)",
+        "total_tokens=lots must be an integer",
+        "global_batch_size=6 is not a multiple of gradient_accumulation_steps=4",
+    ]
+    for line in expected:
+        assert any(p.startswith(line) for p in problems), (line, problems)
+    assert len(problems) == len(expected), problems
+
+
+def test_a_rule_is_skipped_when_its_keys_are_already_wrong():
+    cfg = OmegaConf.load(TINY_TRAINING)
+    cfg.global_batch_size = 0
+    cfg.gradient_accumulation_steps = 3
+    problems = training_problems(cfg)
+    assert problems == ["global_batch_size=0 must be a positive integer"]
+
+
+def test_a_component_must_import_and_take_its_arguments():
+    cfg = OmegaConf.load(TINY_TRAINING)
+    cfg.loss._component_ = "torchtune.modules.loss.NoSuchLoss"
+    del cfg.model["vocab_size"]
+    problems = training_problems(cfg)
+    assert any(p.startswith("loss._component_=torchtune.modules.loss.NoSuchLoss: cannot be imported") for p in problems)
+    assert "missing key: model.vocab_size (an argument of entrodrop.models.qwen3.qwen3)" in problems
+    assert len(problems) == 2, problems
+
+
+def test_an_unresolvable_interpolation_is_a_problem_not_a_crash():
+    cfg = OmegaConf.load(TINY_TRAINING)
+    del cfg["output_dir"]  # checkpointer.output_dir and the logger's log_dir read ${output_dir}
+    problems = training_problems(cfg)
+    assert "missing key: output_dir" in problems
+    assert any(p.startswith("checkpointer: cannot be resolved") for p in problems), problems
+
+
+def test_the_error_lists_every_problem():
+    cfg = OmegaConf.create({"seed": "x"})
+    with pytest.raises(ConfigError, match=r"invalid tokenize config \(5 problems\)") as e:
+        schemas.check(cfg, schemas.TOKENIZE, [], "tokenize")
+    assert "unknown key: seed" in str(e.value) and "missing key: corpora" in str(e.value)
+
+
+def test_differences_name_every_changed_key_except_those_that_may_change():
+    saved = {"seed": 0, "token_dropout": {"gamma_max": 0.1, "midpoint": 2}, "evaluation": {"limit": 16}, "total_tokens": 10}
+    now = {"seed": 1, "token_dropout": {"gamma_max": 0.2, "midpoint": 2}, "evaluation": {"limit": 4}, "new_key": 1,
+           "total_tokens": 10}
+    assert differences(saved, now, ["evaluation"]) == [
+        "new_key: checkpoint has <absent>, now 1",
+        "seed: checkpoint has 0, now 1",
+        "token_dropout.gamma_max: checkpoint has 0.1, now 0.2",
+    ]
