@@ -63,10 +63,10 @@ class Budget:
     general_tokens: int
 
     def describe(self) -> str:
+        """The budget in token slots (see ``MixedPackedStream.epochs_after`` for the epochs)."""
         return (
-            f"{self.num_steps} steps x {self.tokens_per_step} token slots; about "
-            f"{self.target_epochs:.2f} epochs of the {self.target_tokens}-token target corpus and "
-            f"{self.general_tokens_needed} of the {self.general_tokens} general tokens"
+            f"{self.num_steps} steps x {self.tokens_per_step} token slots of a {self.target_tokens}-token target "
+            f"corpus; at most {self.general_tokens_needed} of the {self.general_tokens} general tokens"
         )
 
 
@@ -74,7 +74,8 @@ def plan_budget(total_tokens: int, global_batch_size: int, seq_len: int, target_
                 target_tokens: int, general_tokens: int) -> Budget:
     """Steps and target epochs of a run of ``total_tokens`` token slots.
 
-    Packing leaves some slots as padding, so the epochs are an upper estimate.
+    ``target_epochs`` counts token slots; packing whole samples leaves some as padding, so it is
+    an upper bound. ``MixedPackedStream.epochs_after`` gives the epochs a run will realize.
 
     Raises:
         ValueError: an empty target corpus, a budget shorter than one step, or one that needs
@@ -175,13 +176,28 @@ class MixedPackedStream(BaseNode[Dict[str, Any]]):
         if not len(self._target_ids):
             raise ValueError(f"the target corpus {target_tokens.dir} has no non-empty sample")
 
+    @staticmethod
+    def _initial_state() -> Dict[str, Any]:
+        return {"target_epoch": 0, "target_pos": 0, "general_pos": 0,
+                "target_tokens": 0, "general_tokens": 0, "carry": None}
+
     def reset(self, initial_state: Optional[Dict[str, Any]] = None) -> None:
         super().reset(initial_state)
-        self._state = dict(initial_state) if initial_state is not None else {
-            "target_epoch": 0, "target_pos": 0, "general_pos": 0,
-            "target_tokens": 0, "general_tokens": 0, "carry": None,
-        }
+        self._state = dict(initial_state) if initial_state is not None else self._initial_state()
         self._target_order = self._epoch_order(self._state["target_epoch"])
+
+    def epochs_after(self, num_steps: int) -> float:
+        """The target epoch the stream reaches after its first ``num_steps`` global batches, found
+        by laying them out from the start (lengths only, no token read); the stream's own
+        position is left as it was. What a run's logs will show, before the run."""
+        saved = getattr(self, "_state", None), getattr(self, "_target_order", None)
+        self._state, self._target_order = self._initial_state(), self._epoch_order(0)
+        try:
+            for _ in range(num_steps):
+                self._layout()
+            return self.target_epoch
+        finally:
+            self._state, self._target_order = saved
 
     def get_state(self) -> Dict[str, Any]:
         return dict(self._state)

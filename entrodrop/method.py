@@ -51,7 +51,30 @@ def gamma_max_at(step: int, gamma_max: float, schedule: str, sharpness: float, m
         return 0.0
     if schedule == "static":
         return gamma_max
-    return gamma_max / (1.0 + math.exp(-sharpness * (step - midpoint)))
+    z = sharpness * (step - midpoint)
+    return gamma_max / (1.0 + math.exp(-z)) if z > -700 else 0.0  # exp(700) is near float's limit
+
+
+def midpoint_step(midpoint: float, midpoint_unit: str, step: int, target_epoch: float) -> float:
+    """j0 of Eq. 7 in steps, for the batch of ``step`` (0-based) that brings the stream to
+    ``target_epoch`` (the figure the logs show).
+
+    In ``epochs``, j0 is where the stream reaches epoch ``midpoint`` at the pace it has had so
+    far, (step + 1) / target_epoch steps an epoch: the real tokens of packed rows, not a
+    pre-run estimate from token slots. So gamma_max(j) is half its value exactly at the batch
+    whose target_epoch crosses the midpoint.
+
+    Example:
+        >>> midpoint_step(2.0, "epochs", step=19, target_epoch=2.0)
+        19.0
+        >>> midpoint_step(30, "steps", step=19, target_epoch=2.0)
+        30
+    """
+    if midpoint_unit == "steps":
+        return midpoint
+    if target_epoch <= 0:
+        return math.inf
+    return midpoint * (step + 1) / target_epoch - 1
 
 
 def draw_gamma(gamma_max_j: float, generator: torch.Generator) -> float:
@@ -131,7 +154,8 @@ def neftune_noise(valid: torch.Tensor, dim: int, alpha: float, generators: List[
 class TokenDropout:
     """The token-dropout settings of a run; ``plan`` draws one step's mask.
 
-    ``midpoint`` is in steps here; recipes convert a midpoint given in target epochs.
+    ``midpoint`` is in ``midpoint_unit`` (``steps``, or ``epochs`` of the target corpus as the
+    stream realizes them: see ``midpoint_step``).
     """
 
     targeting: str
@@ -140,12 +164,15 @@ class TokenDropout:
     gamma_max: float
     sharpness: float
     midpoint: float
+    midpoint_unit: str
     seed: int
 
-    def plan(self, entropy: torch.Tensor, document_ids: torch.Tensor, step: int,
+    def plan(self, entropy: torch.Tensor, document_ids: torch.Tensor, step: int, target_epoch: float,
              rows: range) -> Tuple[Optional[torch.Tensor], float, float]:
-        """(drop mask or None, gamma_max(j), gamma_j) for ``rows`` of the step's global batch."""
-        gamma_max_j = gamma_max_at(step, self.gamma_max, self.schedule, self.sharpness, self.midpoint)
+        """(drop mask or None, gamma_max(j), gamma_j) for ``rows`` of the step's global batch,
+        the batch that brings the stream to ``target_epoch``."""
+        midpoint = midpoint_step(self.midpoint, self.midpoint_unit, step, target_epoch)
+        gamma_max_j = gamma_max_at(step, self.gamma_max, self.schedule, self.sharpness, midpoint)
         gamma = draw_gamma(gamma_max_j, row_generator(self.seed, step, -1))
         if gamma == 0.0:
             return None, gamma_max_j, gamma
@@ -162,7 +189,7 @@ def plan_perturbation(dropout: TokenDropout, neftune_alpha: float, batch: dict, 
         (drop mask or None, NEFTune noise or None, {"gamma_max", "gamma"}, (dropped target
         tokens, target tokens)) - the counts are summed over ranks before they are logged.
     """
-    drop, gamma_max_j, gamma = dropout.plan(batch["entropy"], batch["document_ids"], step, rows)
+    drop, gamma_max_j, gamma = dropout.plan(batch["entropy"], batch["document_ids"], step, batch["target_epoch"], rows)
     noise = None
     if neftune_alpha > 0:
         generators = [row_generator(dropout.seed, step, r, device, stream="neftune") for r in rows]
@@ -195,20 +222,3 @@ def add_hidden_dropout(model: nn.Module, p: float) -> None:
         for block in (layer.attn, layer.mlp):
             block.register_forward_hook(lambda module, args, out: F.dropout(out, p, module.training))
 
-
-def validate_settings(*, targeting: str, gate_percentile: float, schedule: str, gamma_max: float,
-                      sharpness: float, midpoint: float, midpoint_unit: str, neftune_alpha: float,
-                      hidden_dropout: float) -> List[str]:
-    """Every invalid method setting, as ``"key=value: why"`` lines (empty when all are valid)."""
-    checks = [
-        (targeting in TARGETING, f"token_dropout.targeting={targeting!r} must be one of {TARGETING}"),
-        (0 < gate_percentile <= 1, f"token_dropout.gate_percentile={gate_percentile} must be in (0, 1]"),
-        (schedule in SCHEDULES, f"token_dropout.schedule={schedule!r} must be one of {SCHEDULES}"),
-        (0 <= gamma_max <= 1, f"token_dropout.gamma_max={gamma_max} must be in [0, 1]"),
-        (sharpness > 0, f"token_dropout.sharpness={sharpness} must be positive"),
-        (midpoint >= 0, f"token_dropout.midpoint={midpoint} must be >= 0"),
-        (midpoint_unit in ("steps", "epochs"), f"token_dropout.midpoint_unit={midpoint_unit!r} must be 'steps' or 'epochs'"),
-        (neftune_alpha >= 0, f"neftune_alpha={neftune_alpha} must be >= 0 (0 turns NEFTune off)"),
-        (0 <= hidden_dropout < 1, f"hidden_dropout={hidden_dropout} must be in [0, 1)"),
-    ]
-    return [message for ok, message in checks if not ok]

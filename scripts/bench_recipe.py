@@ -123,11 +123,11 @@ def time_plan(stores: Path, calls: int = 200) -> float:
     from entrodrop.method import TokenDropout
 
     batch = next(iter(build_loader(f"{stores}/target", f"{stores}/entropy", f"{stores}/general", 256, 8, 0.6, 0)))
-    method = TokenDropout("low", 0.5, "static", 0.1, 1.0, 0.0, seed=0)
-    method.plan(batch["entropy"], batch["document_ids"], 0, range(8))
+    method = TokenDropout("low", 0.5, "static", 0.1, 1.0, 0.0, "steps", seed=0)
+    method.plan(batch["entropy"], batch["document_ids"], 0, 1.0, range(8))
     start = time.perf_counter()
     for step in range(calls):
-        method.plan(batch["entropy"], batch["document_ids"], step, range(8))
+        method.plan(batch["entropy"], batch["document_ids"], step, 1.0, range(8))
     return (time.perf_counter() - start) / calls * 1000
 
 
@@ -149,7 +149,7 @@ def time_steps_ab(stores: Path, pairs: int = 100) -> tuple:
     model = qwen3(**DEMO_QWEN3)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     hook, e_bar = EmbeddingHook(model.tok_embeddings), mean_embedding(model.tok_embeddings.weight)
-    method = TokenDropout("low", 0.5, "static", 0.1, 1.0, 0.0, seed=0)
+    method = TokenDropout("low", 0.5, "static", 0.1, 1.0, 0.0, "steps", seed=0)
     it = iter(build_loader(f"{stores}/target", f"{stores}/entropy", f"{stores}/general", 256, 8, 0.6, 0))
     batches = [next(it) for _ in range(8)]
 

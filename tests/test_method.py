@@ -13,11 +13,11 @@ from entrodrop.method import (
     drop_mask,
     entropy_gate,
     gamma_max_at,
+    midpoint_step,
     mean_embedding,
     neftune_noise,
     perturb_embeddings,
     row_generator,
-    validate_settings,
 )
 from entrodrop.models.qwen3 import qwen3
 
@@ -96,11 +96,11 @@ def test_gate_equals_per_document_quantiles_with_ties():
 def test_drop_fraction_matches_expected_gamma_times_gated_fraction():
     gen = torch.Generator().manual_seed(1)
     h, docs = packed_entropy(gen)
-    method = TokenDropout("low", 0.5, "static", gamma_max=0.2, sharpness=1.0, midpoint=0.0, seed=3)
+    method = TokenDropout("low", 0.5, "static", gamma_max=0.2, sharpness=1.0, midpoint=0.0, midpoint_unit="steps", seed=3)
     gate = entropy_gate(h, docs, 0.5, "low")
     dropped, gated, steps = 0, int(gate.sum()), 3000
     for step in range(steps):
-        drop, gamma_max_j, gamma = method.plan(h, docs, step, range(2))
+        drop, gamma_max_j, gamma = method.plan(h, docs, step, 1.0, range(2))
         assert gamma_max_j == 0.2 and 0 <= gamma <= 0.2
         assert not (drop & ~gate).any(), "a dropped position that is not gated"
         assert not drop[torch.isnan(h)].any(), "a general, first or padding token dropped"
@@ -112,19 +112,19 @@ def test_drop_fraction_matches_expected_gamma_times_gated_fraction():
 
 def test_masks_depend_on_global_rows_not_on_how_they_are_split():
     h, docs = packed_entropy(torch.Generator().manual_seed(2))
-    method = TokenDropout("low", 0.5, "static", 0.5, 1.0, 0.0, seed=0)
-    whole, _, _ = method.plan(h, docs, 7, range(2))
-    top, _, _ = method.plan(h[:1], docs[:1], 7, range(0, 1))
-    bottom, _, _ = method.plan(h[1:], docs[1:], 7, range(1, 2))
+    method = TokenDropout("low", 0.5, "static", 0.5, 1.0, 0.0, "steps", seed=0)
+    whole, _, _ = method.plan(h, docs, 7, 1.0, range(2))
+    top, _, _ = method.plan(h[:1], docs[:1], 7, 1.0, range(0, 1))
+    bottom, _, _ = method.plan(h[1:], docs[1:], 7, 1.0, range(1, 2))
     assert torch.equal(whole, torch.cat([top, bottom]))
-    again, _, _ = method.plan(h, docs, 7, range(2))
-    other, _, _ = method.plan(h, docs, 8, range(2))
+    again, _, _ = method.plan(h, docs, 7, 1.0, range(2))
+    other, _, _ = method.plan(h, docs, 8, 1.0, range(2))
     assert torch.equal(whole, again) and not torch.equal(whole, other)
 
 
 def test_no_schedule_draws_nothing():
     h, docs = packed_entropy(torch.Generator().manual_seed(3))
-    drop, gamma_max_j, gamma = TokenDropout("low", 0.5, "none", 0.1, 1.0, 0.0, 0).plan(h, docs, 5, range(2))
+    drop, gamma_max_j, gamma = TokenDropout("low", 0.5, "none", 0.1, 1.0, 0.0, "steps", 0).plan(h, docs, 5, 1.0, range(2))
     assert drop is None and gamma_max_j == gamma == 0.0
 
 
@@ -175,16 +175,23 @@ def test_hidden_dropout_only_in_training():
     assert not torch.allclose(model.train()(tokens), reference)
 
 
-def test_every_invalid_setting_is_reported():
-    problems = validate_settings(targeting="middle", gate_percentile=0.0, schedule="cosine", gamma_max=1.5,
-                                 sharpness=0.0, midpoint=-1, midpoint_unit="days", neftune_alpha=-1,
-                                 hidden_dropout=1.0)
-    assert len(problems) == 9
-    assert validate_settings(targeting="low", gate_percentile=1.0, schedule="sigmoid", gamma_max=0.0, sharpness=1,
-                             midpoint=0, midpoint_unit="epochs", neftune_alpha=5, hidden_dropout=0.1) == []
-
-
 def test_drop_mask_rows_use_their_own_generators():
     gate = torch.ones(2, 1000, dtype=torch.bool)
     mask = drop_mask(gate, 0.3, [row_generator(0, 0, 0), row_generator(0, 0, 1)])
     assert 0.25 < mask.float().mean() < 0.35 and not torch.equal(mask[0], mask[1])
+
+
+def test_the_epoch_midpoint_is_half_way_where_the_realized_epoch_crosses_it():
+    # A stream that realizes 0.07 target epochs a step (not the pre-run estimate): at the
+    # batch whose target_epoch reaches the midpoint, gamma_max(j) is half its value.
+    per_step, midpoint = 0.07, 2.0
+    values = []
+    for step in range(60):
+        epoch = (step + 1) * per_step
+        j0 = midpoint_step(midpoint, "epochs", step, epoch)
+        values.append((epoch, gamma_max_at(step, 0.1, "sigmoid", 0.5, j0)))
+    crossing = next(i for i, (epoch, _) in enumerate(values) if epoch >= midpoint)
+    assert values[crossing - 1][1] < 0.05 <= values[crossing][1]
+    # within one step: nearer to half than one step's change of the schedule
+    assert values[crossing][1] - 0.05 < values[crossing][1] - values[crossing - 1][1]
+    assert gamma_max_at(0, 0.1, "sigmoid", 0.02, midpoint_step(25, "epochs", 0, 0.0)) == 0.0
