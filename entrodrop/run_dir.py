@@ -1,0 +1,94 @@
+"""What a training run finds in, and leaves in, its output directory.
+
+A run writes checkpoints (``step_<N>``), logs and evaluations (``eval/evals.jsonl``,
+``summary.json``). A second run into the same places with ``resume: False`` would overwrite
+some checkpoints, keep others, and append to the evaluations, so ``earlier_run`` lists what
+is there and the recipes refuse to start over it unless told to resume or to move it aside
+(``move_aside``). ``prune_checkpoints`` keeps the disk bounded: the newest N checkpoints and
+the best one.
+"""
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+from entrodrop.checkpointing import RECIPE_STATE_FNAME
+
+
+def _steps(checkpoint_dir: Path) -> List[Path]:
+    """The complete ``step_<N>`` checkpoints, oldest first."""
+    found = [p for p in checkpoint_dir.glob("step_*")
+             if p.name[5:].isdigit() and (p / RECIPE_STATE_FNAME).exists()]
+    return sorted(found, key=lambda p: int(p.name[5:]))
+
+
+def earlier_run(checkpoint_dir: str, log_dir: str, eval_dir: str) -> List[str]:
+    """What an earlier run left in these directories, one line each (empty: nothing).
+
+    Example:
+        >>> earlier_run("/nonexistent/checkpoints", "/nonexistent/logs", "/nonexistent/eval")
+        []
+    """
+    found = []
+    steps = _steps(Path(checkpoint_dir))
+    if steps:
+        span = steps[0].name if len(steps) == 1 else f"{steps[0].name} to {steps[-1].name}"
+        found.append(f"{checkpoint_dir}: {len(steps)} checkpoint{'s' * (len(steps) > 1)} ({span})")
+    logs = sorted(Path(log_dir).glob("*")) if Path(log_dir).is_dir() else []
+    if logs:
+        found.append(f"{log_dir}: {len(logs)} log files")
+    evals = [p for p in (Path(eval_dir) / "evals.jsonl", Path(eval_dir) / "summary.json") if p.exists()]
+    if evals:
+        found.append(f"{eval_dir}: {', '.join(p.name for p in evals)}")
+    return found
+
+
+def move_aside(output_dir: str, paths: Sequence[str]) -> List[Path]:
+    """Rename ``output_dir`` (and each of ``paths`` outside it) to ``<name>.replaced-<time>``;
+    returns the new names. Nothing is deleted."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    root = Path(output_dir).resolve()
+    targets = [root] + [Path(p).resolve() for p in paths
+                        if Path(p).exists() and root not in Path(p).resolve().parents and Path(p).resolve() != root]
+    moved = []
+    for path in targets:
+        if path.exists():
+            new = path.with_name(f"{path.name}.replaced-{stamp}")
+            os.replace(path, new)
+            moved.append(new)
+    return moved
+
+
+def best_checkpoint(eval_dir: str) -> Optional[str]:
+    """The name (``step_<N>``) of the best checkpoint in ``summary.json``
+    (``entrodrop.evaluation.record_evaluation``), or None. By name, so a run directory that
+    was moved keeps its best checkpoint."""
+    summary = Path(eval_dir) / "summary.json"
+    if not summary.exists():
+        return None
+    best = json.loads(summary.read_text()).get("best_checkpoint")
+    return Path(best["path"]).name if best else None
+
+
+def prune_checkpoints(checkpoint_dir: str, keep_last_n: Optional[int], keep: Optional[str] = None) -> List[Path]:
+    """Delete all but the newest ``keep_last_n`` checkpoints and the one named ``keep`` (the
+    best); ``keep_last_n=None`` deletes nothing. Returns what was deleted.
+
+    Each goes in two moves: a rename to a hidden name (so a run killed while deleting never
+    leaves a ``step_<N>`` that looks whole), then the removal.
+    """
+    if keep_last_n is None:
+        return []
+    steps = _steps(Path(checkpoint_dir))
+    kept = {p.name for p in steps[-keep_last_n:]} | {keep}
+    deleted = []
+    for step in steps:
+        if step.name not in kept:
+            doomed = step.with_name(f".{step.name}.deleting")
+            os.replace(step, doomed)
+            shutil.rmtree(doomed)
+            deleted.append(step)
+    return deleted
