@@ -12,8 +12,11 @@ A token's bucket is that of the token being predicted (its label), whose entropy
 the base model's uncertainty about it.
 """
 
+import contextlib
 import json
 import math
+import os
+import sys
 from pathlib import Path
 from typing import Dict, Iterator, List, Tuple
 
@@ -236,9 +239,13 @@ class Evaluator:
                 import lm_eval
 
                 tasks = [t for ts in self._task_groups.values() for t in ts]
-                out = lm_eval.simple_evaluate(model=self._lm, tasks=tasks, task_manager=self._task_manager,
-                                              limit=self._limit, confirm_run_unsafe_code=self._allow_code,
-                                              log_samples=False, verbosity="WARNING")
+                # lm-eval sees one process on every rank (see TorchtuneLM), so each would print its
+                # warnings and progress bars: only rank 0 does. Errors still show on every rank.
+                quiet = open(os.devnull, "w") if self._rank else contextlib.nullcontext()
+                with quiet, contextlib.redirect_stderr(quiet if self._rank else sys.stderr):
+                    out = lm_eval.simple_evaluate(model=self._lm, tasks=tasks, task_manager=self._task_manager,
+                                                  limit=self._limit, confirm_run_unsafe_code=self._allow_code,
+                                                  log_samples=False, verbosity="ERROR" if self._rank else "WARNING")
                 if out is not None:  # lm-eval returns the results on local rank 0 only
                     record["tasks"] = {t: out["results"][t] for t in tasks}
                     record["groups"] = group_scores(out["results"], self._task_groups)

@@ -24,18 +24,18 @@ import sys
 import time
 from functools import partial
 from pathlib import Path
-
 import torch
 import torch.distributed as dist
 from omegaconf import DictConfig
-from lm_eval.tasks import TaskManager
 from torchtune import config, training, utils
 from torchtune.modules import TransformerSelfAttentionLayer
+from tqdm import tqdm
 
+from entrodrop import schemas
 from entrodrop.checkpointing import HFCheckpointer, latest_checkpoint
+from entrodrop.config_check import ConfigError, differences, plain, raise_problems
 from entrodrop.evaluation import Evaluator, check_tasks, record_evaluation
-from entrodrop.lm_eval_adapter import TorchtuneLM
-from entrodrop.loader import block_causal_mask, build_loader, plan_budget
+from entrodrop.loader import block_causal_mask, build_loader, check_join, plan_budget
 from entrodrop.method import (
     EmbeddingHook,
     TokenDropout,
@@ -43,45 +43,26 @@ from entrodrop.method import (
     mean_embedding,
     perturb_embeddings,
     plan_perturbation,
-    validate_settings,
 )
 from entrodrop.models.hf_config import check_matches_checkpoint
+from entrodrop.run_dir import best_checkpoint, earlier_run, move_aside, prune_checkpoints
 from entrodrop.sample_store import SampleStore
 
 log = utils.get_logger("INFO")
 
 
 class EntroDropRecipeDistributed:
-    """Setup, the train loop, checkpoints; every value read from ``cfg`` is in the YAML."""
+    """Setup, the train loop, checkpoints; every value read from ``cfg`` is in the YAML.
+
+    Start-up goes from cheap checks to costly work, so a mistake shows before the model loads:
+    the config against ``entrodrop.schemas.TRAINING`` (every problem in one error), the output
+    directory (an earlier run is never silently mixed with this one) or the checkpoint to
+    resume (its saved config must match), the lm-eval tasks, the data (store integrity, the
+    entropy join, the budget), and only then the model.
+    """
 
     def __init__(self, cfg: DictConfig) -> None:
-        td = cfg.token_dropout
-        problems = validate_settings(
-            targeting=td.targeting, gate_percentile=td.gate_percentile, schedule=td.schedule,
-            gamma_max=td.gamma_max, sharpness=td.sharpness, midpoint=td.midpoint,
-            midpoint_unit=td.midpoint_unit, neftune_alpha=cfg.neftune_alpha, hidden_dropout=cfg.hidden_dropout,
-        )
-        if not 0 < cfg.data.target_ratio < 1:
-            problems.append(f"data.target_ratio={cfg.data.target_ratio} must be in (0, 1)")
-        if cfg.global_batch_size % cfg.gradient_accumulation_steps:
-            problems.append(f"global_batch_size={cfg.global_batch_size} is not a multiple of "
-                            f"gradient_accumulation_steps={cfg.gradient_accumulation_steps}")
-        for key in ("save_every_n_steps", "total_tokens", "global_batch_size"):
-            if not cfg[key] > 0:
-                problems.append(f"{key}={cfg[key]} must be positive")
-        for key in ("target_tokens", "target_entropy", "general_tokens"):
-            if key == "target_entropy" and cfg.data[key] is None:
-                if td.schedule != "none" and td.targeting != "random":
-                    problems.append("data.target_entropy=null: entropy-guided dropout needs the entropy cache")
-            elif not (Path(cfg.data[key]) / "manifest.json").exists():
-                problems.append(f"data.{key}={cfg.data[key]} holds no store (run the tokenize / precompute recipes)")
-        ev = cfg.evaluation.lm_eval
-        self._task_groups = {group: list(tasks) for group, tasks in ev.tasks.items()}
-        self._task_manager = TaskManager(include_path=ev.include_path) if any(self._task_groups.values()) else None
-        if self._task_manager:
-            problems += check_tasks(self._task_groups, ev.target_group, self._task_manager, ev.allow_code_execution)
-        if problems:
-            raise ValueError("invalid EntroDrop config:\n  " + "\n  ".join(problems))
+        schemas.check(cfg, schemas.TRAINING, schemas.TRAINING_RULES, "EntroDrop")
         self._device = utils.get_device(cfg.device)
         self._dtype = training.get_dtype(cfg.dtype, device=self._device)
         dist.init_process_group("cuda:nccl,cpu:gloo" if self._device.type == "cuda" else "gloo")
@@ -94,22 +75,28 @@ class EntroDropRecipeDistributed:
         self._grad_accum = cfg.gradient_accumulation_steps
         self._clip_grad_norm = cfg.clip_grad_norm
         self._save_every = cfg.save_every_n_steps
+        self._keep_last_n = cfg.keep_last_n_checkpoints
         self._log_every = cfg.log_every_n_steps
         self._neftune_alpha = cfg.neftune_alpha
         self._eval_every = cfg.evaluation.every_n_steps
         self._eval_at_epoch_end = cfg.evaluation.at_epoch_end
+        self._config = plain(cfg)  # saved with each checkpoint; a resumed run must match it
+        self._metric_logger = None
 
-    def setup(self, cfg: DictConfig) -> None:
+    def setup(self, cfg: DictConfig) -> bool:
+        """Everything before the first step; False when a resumed run is already complete."""
+        state, resume_dir = self._setup_output_dir(cfg)
+        self._setup_tasks(cfg)
+        self._setup_data(cfg)
+        self._step = state["step"] if state else 0
+        if self._step >= self._num_steps:
+            utils.log_rank_zero(log, f"{resume_dir} is the last step of this run ({self._num_steps} steps): the run is complete, "
+                     "nothing to do")
+            return False
+
         base = config.instantiate(cfg.checkpointer)
-        resume_dir = latest_checkpoint(base.output_dir) if cfg.resume else None
-        if cfg.resume and resume_dir is None:
-            raise FileNotFoundError(f"resume=True but {base.output_dir} has no step_<N> checkpoint")
         source = HFCheckpointer(str(resume_dir), cfg.checkpointer.model_type, cfg.checkpointer.output_dir) if resume_dir else base
         model_sd = source.load_checkpoint()["model"]
-        state = torch.load(resume_dir / "recipe_state.pt", weights_only=False) if resume_dir else None
-        if state and state["seed"] != self._seed:  # the data order and the masks follow the seed
-            raise ValueError(f"{resume_dir} was trained with seed={state['seed']}; resume with that seed, not {self._seed}")
-
         # e_bar is the mean of the BASE model's embedding matrix: computed once, then carried in
         # the recipe state, never recomputed from trained weights.
         self._e_bar = (state["e_bar"] if state else mean_embedding(model_sd["tok_embeddings.weight"])).to(self._device)
@@ -119,23 +106,11 @@ class EntroDropRecipeDistributed:
         self._loss_fn = config.instantiate(cfg.loss)
         self._model.set_num_output_chunks(self._loss_fn.num_output_chunks)
 
-        self._loader = build_loader(cfg.data.target_tokens, cfg.data.target_entropy, cfg.data.general_tokens,
-                                    cfg.data.seq_len, cfg.global_batch_size, cfg.data.target_ratio, self._seed,
-                                    self._rank, self._world_size)
-        stream = self._loader.root
-        budget = plan_budget(cfg.total_tokens, cfg.global_batch_size, cfg.data.seq_len, cfg.data.target_ratio,
-                             stream.target_tokens, stream.general_tokens)
-        utils.log_rank_zero(log, f"budget: {budget.describe()}; empty samples skipped: {stream.num_empty}")
-        self._num_steps = budget.num_steps
-        steps_per_epoch = budget.num_steps / budget.target_epochs
         td = cfg.token_dropout
-        midpoint = td.midpoint * steps_per_epoch if td.midpoint_unit == "epochs" else td.midpoint
         self._dropout = TokenDropout(td.targeting, td.gate_percentile, td.schedule, td.gamma_max,
-                                     td.sharpness, midpoint, self._seed)
-
+                                     td.sharpness, td.midpoint, td.midpoint_unit, self._seed)
         self._optimizer = config.instantiate(cfg.optimizer, self._model.parameters())
         self._lr_scheduler = config.instantiate(cfg.lr_scheduler, self._optimizer, num_training_steps=self._num_steps)
-        self._step = 0
         if state:
             if len(state["rng"]) != self._world_size:
                 raise ValueError(f"{resume_dir} was saved by {len(state['rng'])} processes; resume with as many")
@@ -143,12 +118,80 @@ class EntroDropRecipeDistributed:
             self._lr_scheduler.load_state_dict(state["lr_scheduler"])
             self._loader.load_state_dict(state["loader"])
             torch.set_rng_state(state["rng"][self._rank])
-            self._step = state["step"]
             utils.log_rank_zero(log, f"resumed from {resume_dir} at step {self._step}")
         self._setup_evaluation(cfg)
         self._metric_logger = config.instantiate(cfg.metric_logger) if self._rank == 0 else None
         if self._metric_logger:
             self._metric_logger.log_config(cfg)
+        return True
+
+    def _setup_output_dir(self, cfg: DictConfig):
+        """(recipe state, its checkpoint) to resume from, or (None, None) for a fresh run into
+        directories that hold no earlier run (or whose earlier run was moved aside)."""
+        checkpoints = cfg.checkpointer.output_dir
+        log_dir = cfg.metric_logger.get("log_dir")  # loggers without a local directory have none
+        if not cfg.resume:
+            found = earlier_run(checkpoints, log_dir or "", self._output_dir / "eval")
+            dist.barrier()  # every rank has looked before rank 0 moves anything
+            if found and not cfg.overwrite:
+                raise FileExistsError(
+                    f"output_dir={cfg.output_dir} holds an earlier run:\n  " + "\n  ".join(found) + "\nContinue it "
+                    "with resume=True, write elsewhere with another output_dir, or set overwrite=True to move it aside")
+            if found and self._rank == 0:
+                moved = move_aside(cfg.output_dir, [checkpoints, log_dir] if log_dir else [checkpoints])
+                log.info(f"overwrite=True: the earlier run was moved to {', '.join(map(str, moved))}")
+            dist.barrier()
+            return None, None
+        resume_dir = latest_checkpoint(checkpoints)
+        if resume_dir is None:
+            raise FileNotFoundError(f"resume=True but {checkpoints} has no step_<N> checkpoint")
+        # Memory-mapped: the config and step are read now, the optimizer state only when used.
+        state = torch.load(resume_dir / "recipe_state.pt", weights_only=False, mmap=True)
+        if "config" not in state:
+            raise ConfigError(f"{resume_dir} was written by an older version that kept no config: resume it with that one")
+        problems = differences(state["config"], plain(cfg), schemas.MAY_CHANGE_ON_RESUME)
+        num_steps = cfg.total_tokens // (cfg.global_batch_size * cfg.data.seq_len)
+        if num_steps < state["step"]:
+            problems.append(f"total_tokens={cfg.total_tokens} is {num_steps} steps, fewer than the {state['step']} "
+                            "the checkpoint has trained")
+        if problems:
+            raise ConfigError(f"resume=True, but {resume_dir} was trained with another config:\n  "
+                              + "\n  ".join(problems) + "\nResume with the checkpoint's values, or start a new run "
+                              f"in another output_dir. These may change on resume: {', '.join(schemas.MAY_CHANGE_ON_RESUME)}")
+        return state, resume_dir
+
+    def _setup_tasks(self, cfg: DictConfig) -> None:
+        """lm-eval's task index, and every problem with the configured tasks."""
+        ev = cfg.evaluation.lm_eval
+        self._task_groups = {group: list(tasks) for group, tasks in ev.tasks.items()}
+        self._task_manager = None
+        if any(self._task_groups.values()):
+            from lm_eval.tasks import TaskManager  # indexing lm-eval's tasks takes ~10 s: only when tasks are set
+
+            self._task_manager = TaskManager(include_path=ev.include_path)
+            raise_problems(check_tasks(self._task_groups, ev.target_group, self._task_manager,
+                                       ev.allow_code_execution), "lm-eval task")
+
+    def _setup_data(self, cfg: DictConfig) -> None:
+        """The training stream (the stores' integrity and the entropy join are checked as it is
+        built), the held-out validation stores, and the budget."""
+        self._loader = build_loader(cfg.data.target_tokens, cfg.data.target_entropy, cfg.data.general_tokens,
+                                    cfg.data.seq_len, cfg.global_batch_size, cfg.data.target_ratio, self._seed,
+                                    self._rank, self._world_size)
+        v = cfg.evaluation.validation
+        self._validation = None
+        if v.target_tokens:
+            self._validation = (SampleStore(v.target_tokens, "tokens"), SampleStore(v.target_entropy, "entropy"))
+            check_join(*self._validation)
+        stream = self._loader.root
+        budget = plan_budget(cfg.total_tokens, cfg.global_batch_size, cfg.data.seq_len, cfg.data.target_ratio,
+                             stream.target_tokens, stream.general_tokens)
+        # The epochs the logs will show: packing whole samples leaves padding, so token slots overcount.
+        probe = min(budget.num_steps, 100)
+        epochs = stream.epochs_after(probe) * budget.num_steps / probe
+        utils.log_rank_zero(log, f"budget: {budget.describe()}; {epochs:.2f} target epochs as the rows pack (laid out for the "
+                 f"first {probe} steps); empty samples skipped: {stream.num_empty}")
+        self._num_steps = budget.num_steps
 
     def _setup_model(self, cfg: DictConfig, model_sd: dict, hf_config: dict, config_path: str) -> torch.nn.Module:
         # Built on the meta device, sharded, then filled from the full state dict (as torchtune does).
@@ -180,6 +223,8 @@ class EntroDropRecipeDistributed:
         self._model.train()
         data = iter(self._loader)
         epoch = self._loader.root.target_epoch
+        progress = tqdm(total=self._num_steps, initial=self._step, desc="train", unit="step", dynamic_ncols=True,
+                        disable=self._rank != 0)
         while self._step < self._num_steps:
             start, batch = time.perf_counter(), next(data)
             tensors = {k: batch[k] for k in ("tokens", "labels", "document_ids", "input_pos")}
@@ -213,8 +258,10 @@ class EntroDropRecipeDistributed:
             self._optimizer.zero_grad(set_to_none=True)
             self._lr_scheduler.step()
             self._step += 1
-            if self._metric_logger and self._step % self._log_every == 0:
-                seconds = time.perf_counter() - start  # tokens/s counts all ranks' tokens
+            seconds = time.perf_counter() - start
+            progress.update()
+            progress.set_postfix(loss=f"{loss:.4f}", tokens_per_s=f"{num_tokens / seconds:.0f}", refresh=False)
+            if self._metric_logger and self._step % self._log_every == 0:  # tokens/s counts all ranks' tokens
                 self._metric_logger.log_dict({
                     "loss": loss, "lr": training.get_lr(self._optimizer), **stats,
                     "target_dropped": dropped / max(targets, 1.0),
@@ -229,21 +276,20 @@ class EntroDropRecipeDistributed:
                 checkpoint = self.save_checkpoint()
             if evaluate:
                 self._evaluate(epoch, str(checkpoint))
+        progress.close()
 
     def _setup_evaluation(self, cfg: DictConfig) -> None:
         """Held-out entropy-bucket validation and lm-eval task groups (``entrodrop.evaluation``)."""
         ev = cfg.evaluation
-        validation = None
-        if ev.validation.target_tokens:
-            validation = (SampleStore(ev.validation.target_tokens, "tokens"),
-                          SampleStore(ev.validation.target_entropy, "entropy"))
         lm = None
         if self._task_manager:
+            from entrodrop.lm_eval_adapter import TorchtuneLM  # imports lm-eval: only when tasks are set
+
             if ev.lm_eval.allow_code_execution:
                 os.environ["HF_ALLOW_CODE_EVAL"] = "1"  # what lm-eval's code tasks check
             lm = TorchtuneLM(self._model, config.instantiate(cfg.tokenizer), self._device, ev.lm_eval.max_seq_len,
                              ev.lm_eval.batch_size, ev.lm_eval.max_gen_toks, distributed=True)
-        self._evaluator = Evaluator(self._model, self._device, validation, cfg.data.seq_len, ev.validation.batch_size,
+        self._evaluator = Evaluator(self._model, self._device, self._validation, cfg.data.seq_len, ev.validation.batch_size,
                                     lm, self._task_groups, ev.lm_eval.target_group, self._task_manager, ev.lm_eval.limit,
                                     ev.lm_eval.allow_code_execution, self._rank, self._world_size)
         self._target_group = ev.lm_eval.target_group
@@ -272,9 +318,14 @@ class EntroDropRecipeDistributed:
             state = {
                 "step": self._step, "seed": self._seed, "e_bar": self._e_bar.cpu(), "optimizer": optimizer_sd,
                 "lr_scheduler": self._lr_scheduler.state_dict(), "loader": self._loader.state_dict(), "rng": rng,
+                "config": self._config,
             }
             path = self._checkpointer.save_checkpoint({"model": model_sd}, f"step_{self._step}", state)
             log.info(f"checkpoint: {path}")
+            # The newest checkpoints and the best so far stay; a new best comes from a later evaluation.
+            for old in prune_checkpoints(self._checkpointer.output_dir, self._keep_last_n,
+                                         keep=best_checkpoint(self._output_dir / "eval")):
+                log.info(f"keep_last_n_checkpoints={self._keep_last_n}: deleted {old}")
         dist.barrier()
         return self._checkpointer.output_dir / f"step_{self._step}"
 
@@ -287,8 +338,8 @@ class EntroDropRecipeDistributed:
 @config.parse
 def recipe_main(cfg: DictConfig) -> None:
     recipe = EntroDropRecipeDistributed(cfg)
-    recipe.setup(cfg)
-    recipe.train()
+    if recipe.setup(cfg):  # False: a resumed run that is already complete
+        recipe.train()
     recipe.cleanup()
 
 
