@@ -22,6 +22,7 @@ from omegaconf import DictConfig
 from torchtune import config, training, utils
 from tqdm import tqdm
 
+from entrodrop import schemas
 from entrodrop.entropy import shard_entropies
 from entrodrop.sample_store import SampleStore, SampleStoreWriter, entropy_cache_key, sample_table
 from entrodrop.models.hf_config import check_matches_checkpoint
@@ -33,13 +34,7 @@ class PrecomputeEntropyRecipe:
     """Open the token store, open or resume the cache, and fill this process's shards."""
 
     def __init__(self, cfg: DictConfig) -> None:
-        problems = [
-            f"{key}={cfg[key]} must be a positive integer"
-            for key in ("batch_size", "chunk_size", "vocab_chunk_size", "samples_per_shard")
-            if not (isinstance(cfg[key], int) and cfg[key] > 0)
-        ]
-        if problems:
-            raise ValueError("invalid precompute config:\n  " + "\n  ".join(problems))
+        schemas.check(cfg, schemas.PRECOMPUTE, schemas.PRECOMPUTE_RULES, "precompute")
         self._device = utils.get_device(cfg.device)
         self._dtype = training.get_dtype(cfg.dtype, device=self._device)
         self._distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1

@@ -23,6 +23,7 @@ from omegaconf import DictConfig
 from torchtune import config, training, utils
 from torchtune.modules import TransformerSelfAttentionLayer
 
+from entrodrop import schemas
 from entrodrop.models.hf_config import check_matches_checkpoint
 
 log = utils.get_logger("INFO")
@@ -32,6 +33,7 @@ class SmokeRecipe:
     """Builds the model, tokenizer and checkpointer from ``cfg`` and scores ``cfg.text_file``."""
 
     def __init__(self, cfg: DictConfig) -> None:
+        schemas.check(cfg, schemas.SMOKE, schemas.SMOKE_RULES, "smoke")
         self._distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
         self._device = utils.get_device(cfg.device)
         self._dtype = training.get_dtype(cfg.dtype, device=self._device)
@@ -92,6 +94,7 @@ class SmokeRecipe:
             (self._output_dir / "smoke.json").write_text(json.dumps(result, indent=2))
             log.info(f"smoke: {json.dumps(result)} -> {self._output_dir / 'smoke.json'}")
         if self._distributed:
+            dist.barrier()  # no rank tears gloo down while another still writes or logs
             dist.destroy_process_group()
 
 

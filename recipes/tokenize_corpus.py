@@ -18,6 +18,7 @@ import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 from torchtune import config, utils
 
+from entrodrop import schemas
 from entrodrop.corpus import read_texts, tokenize_sample
 from entrodrop.sample_store import SampleStoreWriter, cache_key, sample_table
 
@@ -26,10 +27,7 @@ log = utils.get_logger("INFO")
 
 @config.parse
 def recipe_main(cfg: DictConfig) -> None:
-    problems = [f"{key}={cfg[key]} must be a positive integer" for key in ("max_seq_len", "samples_per_shard")
-                if not (isinstance(cfg[key], int) and cfg[key] > 0)]
-    if problems:
-        raise ValueError("invalid tokenize config:\n  " + "\n  ".join(problems))
+    schemas.check(cfg, schemas.TOKENIZE, [], "tokenize")
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
     if distributed:
         dist.init_process_group("gloo")

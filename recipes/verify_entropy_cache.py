@@ -12,6 +12,7 @@ import sys
 from omegaconf import DictConfig
 from torchtune import config, utils
 
+from entrodrop import schemas
 from entrodrop.sample_store import SampleStore, entropy_cache_key
 
 log = utils.get_logger("INFO")
@@ -19,6 +20,7 @@ log = utils.get_logger("INFO")
 
 @config.parse
 def recipe_main(cfg: DictConfig) -> None:
+    schemas.check(cfg, schemas.PRECOMPUTE, schemas.PRECOMPUTE_RULES, "precompute")
     cache = SampleStore(cfg.cache_dir, "entropy")
     tokens = SampleStore(cfg.target_tokens, "tokens")
     checkpointer = config.instantiate(cfg.checkpointer)  # reads config.json only

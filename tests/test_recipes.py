@@ -63,7 +63,9 @@ def run(tune_run, *args, nproc=1):
 def test_two_processes_train_and_evaluate_like_one(data, tune_run, tmp_path):
     steps = ["total_tokens=30720"]  # 15 steps of 8 x 256: one target-epoch end, and the last step
     run(tune_run, *train_args(SINGLE, data, tmp_path / "one", *steps))
-    run(tune_run, *train_args(DISTRIBUTED, data, tmp_path / "two", *steps), nproc=2)
+    two_processes = run(tune_run, *train_args(DISTRIBUTED, data, tmp_path / "two", *steps), nproc=2)
+    # lm-eval runs on both ranks; its warnings and progress bars show on rank 0 only
+    assert two_processes.stderr.count("humaneval_likelihood: Custom kwargs can be passed") == 2  # two evaluations
     run(tune_run, *train_args(SINGLE, data, tmp_path / "quiet", *steps, *NO_EVAL))
     one, two, quiet = logged(tmp_path / "one"), logged(tmp_path / "two"), logged(tmp_path / "quiet")
     assert sorted(one) == sorted(two) == list(range(1, 16))
@@ -165,27 +167,105 @@ def test_checkpoints_load_in_transformers(data, tune_run, tmp_path):
     assert torch.isfinite(model(torch.tensor([[1, 2, 3]])).logits).all()
 
 
-def test_resume_refuses_another_seed(data, tune_run, tmp_path):
-    run(tune_run, *train_args(SINGLE, data, tmp_path, "total_tokens=4096", *NO_EVAL))
-    result = tune_run(*train_args(SINGLE, data, tmp_path, "total_tokens=8192", *NO_EVAL, "resume=True", "seed=1"))
+def files_of(root: Path) -> dict:
+    """Every file under ``root`` with its size and modification time."""
+    return {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
+
+
+def test_a_used_output_dir_is_refused_and_overwrite_moves_the_old_run_aside(data, tune_run, tmp_path):
+    out = tmp_path / "run"
+    run(tune_run, *train_args(SINGLE, data, out, "total_tokens=4096", *NO_EVAL))
+    before = files_of(out)
+    result = tune_run(*train_args(SINGLE, data, out, "total_tokens=4096", *NO_EVAL))
     assert result.returncode != 0
-    assert "step_2 was trained with seed=0; resume with that seed, not 1" in result.stderr, result.stderr[-2000:]
-    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_2"]
+    assert f"output_dir={out} holds an earlier run" in result.stderr, result.stderr[-2000:]
+    assert "1 checkpoint (step_2)" in result.stderr and "1 log file" in result.stderr
+    assert "resume=True" in result.stderr and "another output_dir" in result.stderr and "overwrite=True" in result.stderr
+    assert files_of(out) == before, "the refused run wrote or changed something"
+
+    run(tune_run, *train_args(SINGLE, data, out, "total_tokens=4096", *NO_EVAL, "overwrite=True"))
+    [old] = tmp_path.glob("run.replaced-*")
+    assert files_of(old) == {old / p.relative_to(out): v for p, v in before.items()}
+    assert len(list((out / "logs").iterdir())) == 1 and (out / "checkpoints" / "step_2").is_dir()
+
+
+def test_resume_checks_the_saved_config_and_a_finished_run_exits_clean(data, tune_run, tmp_path):
+    # 10 steps, a checkpoint and a validation every 2, the newest 2 kept with the best.
+    settings = ["total_tokens=20480", "save_every_n_steps=2", "keep_last_n_checkpoints=2",
+                "evaluation.every_n_steps=2", "evaluation.lm_eval.tasks.code=[]"]
+    run(tune_run, *train_args(SINGLE, data, tmp_path, *settings))
+    best = Path(json.loads((tmp_path / "eval" / "summary.json").read_text())["best_checkpoint"]["path"]).name
+    kept = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert kept == sorted({"step_8", "step_10", best}), kept
+    before = files_of(tmp_path)
+
+    result = tune_run(*train_args(SINGLE, data, tmp_path, *settings, "resume=True", "seed=1",
+                                  "token_dropout.gamma_max=0.2", "total_tokens=2048", "keep_last_n_checkpoints=1"))
+    assert result.returncode != 0
+    for line in ("step_10 was trained with another config", "seed: checkpoint has 0, now 1",
+                 "token_dropout.gamma_max: checkpoint has 0.1, now 0.2", "total_tokens: checkpoint has 20480, now 2048",
+                 "total_tokens=2048 is 1 steps, fewer than the 10 the checkpoint has trained"):
+        assert line in result.stderr, (line, result.stderr[-2000:])
+    assert "keep_last_n_checkpoints" not in result.stderr.split("These may change on resume")[0]
+
+    result = run(tune_run, *train_args(SINGLE, data, tmp_path, *settings, "resume=True"))
+    assert "the run is complete, nothing to do" in result.stderr
+    assert files_of(tmp_path) == before, "resuming a finished run wrote something"
+
+
+def test_the_curriculum_midpoint_is_on_the_logged_epoch_scale(data, tune_run, tmp_path):
+    # 30 steps, about 2.2 target epochs; gamma_max(j) = 0.1 / (1 + exp(-0.2 (j - j0))), j0 at epoch 2.
+    result = run(tune_run, *train_args(SINGLE, data, tmp_path, "total_tokens=61440", *NO_EVAL))
+    steps = logged(tmp_path)
+    epoch = {s: float(m["target_epoch"]) for s, m in steps.items()}
+    gamma_max = {s: float(m["gamma_max"]) for s, m in steps.items()}
+    crossing = min(s for s in steps if epoch[s] >= 2.0)
+    assert gamma_max[crossing - 1] < 0.05 <= gamma_max[crossing], (crossing, gamma_max)
+    assert gamma_max[crossing] - 0.05 < gamma_max[crossing] - gamma_max[crossing - 1]  # within one step
+    # The budget line, before the run, states the epochs the run then logs.
+    estimate = float(re.search(r"([\d.]+) target epochs as the rows pack", result.stderr).group(1))
+    assert estimate == pytest.approx(epoch[30], rel=0.03)
+    assert "train: 100%" in result.stderr  # the progress bar
 
 
 def test_invalid_settings_are_reported_together_before_any_compute(data, tune_run, tmp_path):
-    result = tune_run(*train_args(SINGLE, data, tmp_path, "token_dropout.gamma_max=1.5",
+    result = tune_run(*train_args(SINGLE, data, tmp_path, "token_dropout.gamma_max=1.5", "token_dropout.gama_max=0.5",
+                                  "~token_dropout.sharpness", "optimizer.weight_decy=0.1",
                                   "token_dropout.gate_percentile=0", "data.target_ratio=1.5",
-                                  f"data.target_entropy={tmp_path}/missing",
-                                  "evaluation.lm_eval.tasks.code=[humaneval_pass1,no_such_task]",
-                                  "evaluation.lm_eval.allow_code_execution=False"))
+                                  f"data.target_entropy={tmp_path}/missing"))
     assert result.returncode != 0
     for message in ("gamma_max=1.5 must be in [0, 1]", "gate_percentile=0 must be in (0, 1]",
                     "target_ratio=1.5 must be in (0, 1)", "missing holds no store",
-                    "'no_such_task' is not an lm-eval task",
+                    "unknown key: token_dropout.gama_max (did you mean gamma_max?)",
+                    "missing key: token_dropout.sharpness",
+                    "unknown key: optimizer.weight_decy (did you mean weight_decay?)"):
+        assert message in result.stderr, message
+    # lm-eval's task index is built only for a config with no other problem
+    result = tune_run(*train_args(SINGLE, data, tmp_path, "evaluation.lm_eval.tasks.code=[humaneval_pass1,no_such_task]",
+                                  "evaluation.lm_eval.allow_code_execution=False"))
+    assert result.returncode != 0
+    for message in ("'no_such_task' is not an lm-eval task",
                     "allow_code_execution=False, but ['humaneval_pass1'] execute model-written code"):
         assert message in result.stderr, message
     assert not (tmp_path / "checkpoints").exists() and not (tmp_path / "logs").exists()
+
+
+def test_the_data_recipes_report_every_config_mistake_too(tiny_assets, tune_run, tmp_path):
+    result = tune_run("recipes/tokenize_corpus.py", "--config", "configs/tiny/qwen3_tokenize.yaml", "max_seq_len=0",
+                      "smaples_per_shard=3", f"corpora.target.store_dir={tmp_path}/target")
+    assert result.returncode != 0
+    for message in ("invalid tokenize config (2 problems)", "max_seq_len=0 must be a positive integer",
+                    "unknown key: smaples_per_shard (did you mean samples_per_shard?)"):
+        assert message in result.stderr, message
+    result = tune_run("recipes/precompute_entropy.py", "--config", "configs/tiny/qwen3_precompute_entropy.yaml",
+                      f"target_tokens={tmp_path}/none", f"checkpointer.checkpoint_dir={tmp_path}", "batch_size=0",
+                      f"cache_dir={tmp_path}/cache")
+    assert result.returncode != 0
+    for message in ("invalid precompute config (3 problems)", "batch_size=0 must be a positive integer",
+                    f"target_tokens={tmp_path}/none holds no store (manifest.json missing): run recipes/tokenize_corpus.py",
+                    f"checkpointer.checkpoint_dir={tmp_path} holds no Hugging Face checkpoint"):
+        assert message in result.stderr, message
+    assert sorted(tmp_path.iterdir()) == []
 
 
 def test_a_diverging_loss_stops_the_run_and_keeps_the_last_checkpoint(data, tune_run, tmp_path):
