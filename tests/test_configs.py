@@ -1,11 +1,17 @@
 """Every YAML under configs/ is valid for torchtune and names a recipe that exists."""
 
+import json
+import os
 import re
+import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 from torchtune import config
+
+from conftest import TUNE
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIGS = sorted((REPO / "configs").rglob("*.yaml"))
@@ -66,3 +72,65 @@ def test_paper_settings_are_the_defaults():
         assert (cfg.data.seq_len, cfg.data.target_ratio, cfg.global_batch_size) == (4096, 0.6, 512), path
         assert (cfg.optimizer.lr, cfg.token_dropout.gamma_max, cfg.token_dropout.gate_percentile) == (1e-5, 0.1, 0.5)
         assert cfg.lr_scheduler._component_.endswith("get_cosine_schedule_with_warmup")
+
+
+def header_commands(path: Path) -> list:
+    """The `tune run` commands of a config's opening comment, in order."""
+    commands = []
+    for line in path.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        if line.startswith("#   tune run "):
+            commands.append(line[len("#   "):].strip())
+    return commands
+
+
+def made_by(commands: list) -> set:
+    """The stores the tokenize and precompute commands of a header write."""
+    stores = set()
+    for command in commands:
+        args = command.split()
+        config_path = args[args.index("--config") + 1]
+        cfg = OmegaConf.load(REPO / config_path)
+        overrides = dict(a.split("=", 1) for a in args if "=" in a)
+        if "tokenize_corpus.py" in command:
+            stores |= {c.store_dir for c in cfg.corpora.values()}
+        elif "precompute_entropy.py" in command:
+            stores.add(overrides.get("cache_dir", cfg.cache_dir))
+    return stores
+
+
+TRAINING_CONFIGS = [p for p in CONFIGS if "total_tokens" in OmegaConf.load(p)]
+
+
+@pytest.mark.parametrize("path", TRAINING_CONFIGS, ids=lambda p: p.relative_to(REPO / "configs").as_posix())
+def test_the_header_makes_every_store_the_config_reads(path):
+    cfg = OmegaConf.load(path)
+    reads = {cfg.data.target_tokens, cfg.data.target_entropy, cfg.data.general_tokens,
+             cfg.evaluation.validation.target_tokens, cfg.evaluation.validation.target_entropy} - {None}
+    commands = header_commands(path)
+    launch = [i for i, c in enumerate(commands) if path.relative_to(REPO).as_posix() in c]
+    assert launch, f"{path} does not open with its own launch command"
+    missing = reads - made_by(commands[: launch[0]])
+    assert not missing, f"{path}: no command before the launch line makes {sorted(missing)}"
+
+
+def test_the_tiny_configs_run_from_their_headers_as_written(tiny_assets, tmp_path):
+    """A new user's path: the header commands, in order, exactly as written, in a fresh directory
+    that holds the repository's files (so outputs/ starts empty)."""
+    for name in ("recipes", "configs", "entrodrop", "assets"):
+        (tmp_path / name).symlink_to(REPO / name)
+    done = []
+    for config in ("configs/tiny/qwen3_entrodrop_single_device.yaml", "configs/tiny/qwen3_entrodrop_distributed.yaml"):
+        for command in header_commands(REPO / config):
+            if command in done:
+                continue
+            args = shlex.split(command)
+            result = subprocess.run([TUNE, *args[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                                    env={**os.environ, "OMP_NUM_THREADS": "1"})
+            assert result.returncode == 0, (command, result.stderr[-3000:])
+            done.append(command)
+    assert len(done) == 5
+    for run in ("tiny_qwen3_entrodrop", "tiny_qwen3_entrodrop_distributed"):
+        summary = json.loads((tmp_path / "outputs" / run / "eval" / "summary.json").read_text())
+        assert summary["best_checkpoint"]["by"] == "code average"
