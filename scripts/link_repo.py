@@ -1,14 +1,21 @@
-"""Put this checkout ahead of site-packages on the virtual environment's ``sys.path``.
+"""Make ``tune run recipes/x.py`` import the ``recipes`` beside the working directory.
 
     python scripts/link_repo.py        (run by `make`; idempotent)
 
 Why: ``tune run recipes/smoke.py`` imports the module ``recipes.smoke`` after appending the
 working directory to ``sys.path``, i.e. after site-packages. torchtune 0.6.1 installs a
-top-level ``recipes`` package there whose ``__init__`` raises, so it shadows ours. A ``.pth``
-file in site-packages that prepends the repository root makes our ``recipes`` (and
-``entrodrop``) win for every interpreter of this environment, without touching torchtune's
-files. ``tune run --nproc_per_node N`` needs no help: torchrun runs ``python -m``, which puts
-the working directory first.
+top-level ``recipes`` package there whose ``__init__`` raises, so it shadows ours. This writes
+a ``.pth`` file into site-packages that, at every start-up of this environment's interpreter,
+puts first on ``sys.path``:
+
+- the working directory, when it holds a ``recipes/__init__.py`` of its own (a second checkout
+  sharing the environment, or a user project that keeps its recipes in ``recipes/``);
+- this checkout otherwise, so its ``recipes`` and ``entrodrop`` win from any directory.
+
+``tune run --nproc_per_node N`` runs ``python -m``, which puts the working directory first
+anyway. ``recipes/__init__.py`` refuses to run when the package imported is still not the one
+beside the file given to ``tune run``. A recipe in a folder of another name
+(``tune run my_recipes/run.py``) needs none of this.
 """
 
 import sysconfig
@@ -16,13 +23,16 @@ from pathlib import Path
 
 PTH_NAME = "entrodrop_repo_first.pth"
 
+# A .pth line starting with "import" is executed at start-up (it must be one line).
+LINE = ("import os, sys; sys.path.insert(0, (lambda cwd: cwd if os.path.isfile(os.path.join(cwd, 'recipes', "
+        "'__init__.py')) else {root!r})(os.getcwd()))\n")
+
 
 def main() -> None:
     root = Path(__file__).resolve().parent.parent
     pth = Path(sysconfig.get_paths()["purelib"]) / PTH_NAME
-    # A .pth line starting with "import" is executed at start-up; plain lines would be appended.
-    pth.write_text(f"import sys; sys.path.insert(0, {str(root)!r})\n")
-    print(f"{pth}: {root} now precedes site-packages")
+    pth.write_text(LINE.format(root=str(root)))
+    print(f"{pth}: the working directory's recipes/ if it has one, else {root}, precede site-packages")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,68 @@
+"""`tune run <path>` runs the file at that path, or refuses and says why; never other code.
+
+scripts/link_repo.py (run by `make`) and recipes/__init__.py make this hold; README, "Why
+`make` links the repository into the environment". Each test runs the real `tune` of this
+environment from a directory outside the checkout, as a user would.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from conftest import TUNE
+
+REPO = Path(__file__).resolve().parent.parent
+SMOKE = ["--config", "configs/tiny/qwen3_smoke.yaml", "output_dir=out"]
+
+
+def project(path: Path, *shared: str) -> Path:
+    """A directory that sees the checkout's ``shared`` folders (configs, assets...)."""
+    path.mkdir(parents=True, exist_ok=True)
+    for name in shared:
+        (path / name).symlink_to(REPO / name)
+    return path
+
+
+def tune_run(cwd: Path, recipe: str) -> subprocess.CompletedProcess:
+    return subprocess.run([TUNE, "run", recipe, *SMOKE], cwd=cwd, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def test_a_recipe_copied_into_a_users_project_runs(tiny_assets, tmp_path):
+    user = project(tmp_path / "my_project", "configs", "assets")
+    (user / "my_recipes").mkdir()
+    source = (REPO / "recipes" / "smoke.py").read_text()
+    (user / "my_recipes" / "run.py").write_text(source.replace('"processes":', '"copy": "mine", "processes":'))
+    result = tune_run(user, "my_recipes/run.py")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((user / "out" / "smoke.json").read_text())["copy"] == "mine"
+
+
+def test_a_second_checkout_runs_its_own_recipes(tiny_assets, tmp_path):
+    """Its own copy of a recipe, and its own edit of one that both checkouts have."""
+    second = project(tmp_path / "second", "configs", "assets", "entrodrop")
+    shutil.copytree(REPO / "recipes", second / "recipes", ignore=shutil.ignore_patterns("__pycache__"))
+    smoke = second / "recipes" / "smoke.py"
+    smoke.write_text(smoke.read_text().replace('"processes":', '"checkout": "second", "processes":'))
+    shutil.copy(smoke, second / "recipes" / "my_run.py")
+    for recipe in ("recipes/my_run.py", "recipes/smoke.py"):
+        result = tune_run(second, recipe)
+        assert result.returncode == 0, (recipe, result.stderr[-3000:])
+        assert json.loads((second / "out" / "smoke.json").read_text())["checkout"] == "second"
+
+
+def test_a_recipes_folder_that_is_not_the_one_imported_is_an_error(tiny_assets, tmp_path):
+    user = project(tmp_path / "my_project", "configs", "assets")
+    (user / "recipes").mkdir()  # no __init__.py: Python imports the checkout's `recipes` instead
+    shutil.copy(REPO / "recipes" / "smoke.py", user / "recipes" / "my_run.py")
+    result = tune_run(user, "recipes/my_run.py")
+    assert result.returncode != 0
+    assert f"the package `recipes` that was imported is {REPO / 'recipes'}, not the one beside" in result.stderr
+    assert f"add an empty {user / 'recipes' / '__init__.py'}" in result.stderr
+    # Where there is no recipes/ at all, the checkout's smoke.py is not run in its place either.
+    elsewhere = project(tmp_path / "elsewhere", "configs", "assets")
+    result = tune_run(elsewhere, "recipes/smoke.py")
+    assert result.returncode != 0 and f"{elsewhere / 'recipes'} does not exist" in result.stderr
+    assert not (user / "out").exists() and not (elsewhere / "out").exists()
