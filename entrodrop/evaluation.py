@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from entrodrop.config_check import raise_problems
 from entrodrop.loader import IGNORE_INDEX, TARGET, block_causal_mask, check_join, pack_rows
 from entrodrop.sample_store import SampleStore
 
@@ -187,6 +188,19 @@ def check_tasks(task_groups: Dict[str, List[str]], target_group: str, task_manag
         problems.append(f"evaluation.lm_eval.allow_code_execution=False, but {unsafe} execute model-written code: "
                         "set it to True or remove them")
     return problems
+
+
+def task_index(task_groups: Dict[str, List[str]], target_group: str, include_path, allow_code_execution: bool):
+    """lm-eval's ``TaskManager`` once every configured task checks out (``check_tasks``; one
+    ``ConfigError`` lists the problems), or None when no task is set: indexing lm-eval's tasks
+    takes ~10 s, which a run without tasks does not pay."""
+    if not any(task_groups.values()):
+        return None
+    from lm_eval.tasks import TaskManager
+
+    task_manager = TaskManager(include_path=include_path)
+    raise_problems(check_tasks(task_groups, target_group, task_manager, allow_code_execution), "lm-eval task")
+    return task_manager
 
 
 class Evaluator:

@@ -13,9 +13,12 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from entrodrop.checkpointing import RECIPE_STATE_FNAME
+import torch
+
+from entrodrop.checkpointing import RECIPE_STATE_FNAME, latest_checkpoint
+from entrodrop.config_check import ConfigError, differences
 
 
 def _steps(checkpoint_dir: Path) -> List[Path]:
@@ -44,6 +47,39 @@ def earlier_run(checkpoint_dir: str, log_dir: str, eval_dir: str) -> List[str]:
     if evals:
         found.append(f"{eval_dir}: {', '.join(p.name for p in evals)}")
     return found
+
+
+def refuse_earlier_run(output_dir: str, found: List[str]) -> None:
+    """Raise if ``earlier_run`` found anything: name it and the three ways out."""
+    if found:
+        raise FileExistsError(
+            f"output_dir={output_dir} holds an earlier run:\n  " + "\n  ".join(found) + "\nContinue it with "
+            "resume=True, write elsewhere with another output_dir, or set overwrite=True to move it aside")
+
+
+def resume_state(checkpoint_dir: str, config: Dict[str, Any], num_steps: int,
+                 may_change: Sequence[str]) -> Tuple[Dict[str, Any], Path]:
+    """The recipe state of the latest checkpoint and its directory, once the config it was
+    trained with matches ``config`` (plain values) but for the keys under ``may_change``, and
+    its step fits in a budget of ``num_steps``. One ``ConfigError`` names every difference.
+
+    The state is memory-mapped: the optimizer state is read only when it is loaded.
+    """
+    resume_dir = latest_checkpoint(checkpoint_dir)
+    if resume_dir is None:
+        raise FileNotFoundError(f"resume=True but {checkpoint_dir} has no step_<N> checkpoint")
+    state = torch.load(resume_dir / RECIPE_STATE_FNAME, weights_only=False, mmap=True)
+    if "config" not in state:
+        raise ConfigError(f"{resume_dir} was written by an older version that kept no config: resume it with that one")
+    problems = differences(state["config"], config, may_change)
+    if num_steps < state["step"]:
+        problems.append(f"total_tokens={config['total_tokens']} is {num_steps} steps, fewer than the "
+                        f"{state['step']} the checkpoint has trained")
+    if problems:
+        raise ConfigError(f"resume=True, but {resume_dir} was trained with another config:\n  " + "\n  ".join(problems)
+                          + "\nResume with the checkpoint's values, or start a new run in another output_dir. "
+                          f"These may change on resume: {', '.join(may_change)}")
+    return state, resume_dir
 
 
 def move_aside(output_dir: str, paths: Sequence[str]) -> List[Path]:

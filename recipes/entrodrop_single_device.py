@@ -28,8 +28,8 @@ from tqdm import tqdm
 
 from entrodrop import schemas
 from entrodrop.checkpointing import HFCheckpointer, latest_checkpoint
-from entrodrop.config_check import ConfigError, differences, plain, raise_problems
-from entrodrop.evaluation import Evaluator, check_tasks, record_evaluation
+from entrodrop.config_check import plain
+from entrodrop.evaluation import Evaluator, record_evaluation, task_index
 from entrodrop.loader import block_causal_mask, build_loader, check_join, plan_budget
 from entrodrop.method import (
     EmbeddingHook,
@@ -40,7 +40,14 @@ from entrodrop.method import (
     plan_perturbation,
 )
 from entrodrop.models.hf_config import check_matches_checkpoint
-from entrodrop.run_dir import best_checkpoint, earlier_run, move_aside, prune_checkpoints
+from entrodrop.run_dir import (
+    best_checkpoint,
+    earlier_run,
+    move_aside,
+    prune_checkpoints,
+    refuse_earlier_run,
+    resume_state,
+)
 from entrodrop.sample_store import SampleStore
 
 log = utils.get_logger("INFO")
@@ -119,43 +126,20 @@ class EntroDropRecipeSingleDevice:
         log_dir = cfg.metric_logger.get("log_dir")  # loggers without a local directory have none
         if not cfg.resume:
             found = earlier_run(checkpoints, log_dir or "", self._output_dir / "eval")
-            if found and not cfg.overwrite:
-                raise FileExistsError(
-                    f"output_dir={cfg.output_dir} holds an earlier run:\n  " + "\n  ".join(found) + "\nContinue it "
-                    "with resume=True, write elsewhere with another output_dir, or set overwrite=True to move it aside")
+            if not cfg.overwrite:
+                refuse_earlier_run(cfg.output_dir, found)
             if found:
                 moved = move_aside(cfg.output_dir, [checkpoints, log_dir] if log_dir else [checkpoints])
                 log.info(f"overwrite=True: the earlier run was moved to {', '.join(map(str, moved))}")
             return None, None
-        resume_dir = latest_checkpoint(checkpoints)
-        if resume_dir is None:
-            raise FileNotFoundError(f"resume=True but {checkpoints} has no step_<N> checkpoint")
-        # Memory-mapped: the config and step are read now, the optimizer state only when used.
-        state = torch.load(resume_dir / "recipe_state.pt", weights_only=False, mmap=True)
-        if "config" not in state:
-            raise ConfigError(f"{resume_dir} was written by an older version that kept no config: resume it with that one")
-        problems = differences(state["config"], plain(cfg), schemas.MAY_CHANGE_ON_RESUME)
         num_steps = cfg.total_tokens // (cfg.global_batch_size * cfg.data.seq_len)
-        if num_steps < state["step"]:
-            problems.append(f"total_tokens={cfg.total_tokens} is {num_steps} steps, fewer than the {state['step']} "
-                            "the checkpoint has trained")
-        if problems:
-            raise ConfigError(f"resume=True, but {resume_dir} was trained with another config:\n  "
-                              + "\n  ".join(problems) + "\nResume with the checkpoint's values, or start a new run "
-                              f"in another output_dir. These may change on resume: {', '.join(schemas.MAY_CHANGE_ON_RESUME)}")
-        return state, resume_dir
+        return resume_state(checkpoints, plain(cfg), num_steps, schemas.MAY_CHANGE_ON_RESUME)
 
     def _setup_tasks(self, cfg: DictConfig) -> None:
         """lm-eval's task index, and every problem with the configured tasks."""
         ev = cfg.evaluation.lm_eval
         self._task_groups = {group: list(tasks) for group, tasks in ev.tasks.items()}
-        self._task_manager = None
-        if any(self._task_groups.values()):
-            from lm_eval.tasks import TaskManager  # indexing lm-eval's tasks takes ~10 s: only when tasks are set
-
-            self._task_manager = TaskManager(include_path=ev.include_path)
-            raise_problems(check_tasks(self._task_groups, ev.target_group, self._task_manager,
-                                       ev.allow_code_execution), "lm-eval task")
+        self._task_manager = task_index(self._task_groups, ev.target_group, ev.include_path, ev.allow_code_execution)
 
     def _setup_data(self, cfg: DictConfig) -> None:
         """The training stream (the stores' integrity and the entropy join are checked as it is
