@@ -4,14 +4,16 @@ entropies line up with the training tokens by construction; stores also keep eac
 length and token hash so that a drift is caught rather than trusted.
 
 A corpus is a JSON-lines file, one record per line with a text field. Sample ``i`` is
-line ``i``; an empty or whitespace-only text is an empty sample (no tokens), kept so that
-ids stay line numbers.
+line ``i``; an empty or whitespace-only text, or a blank line, is an empty sample (no tokens),
+kept so that ids stay line numbers. A UTF-8 byte-order mark at the start and blank lines at
+the end (both common in exported corpora) are not samples. Bytes that are not UTF-8 become
+U+FFFD; ``read_corpus`` counts the lines that had them.
 """
 
 import hashlib
 import json
 from pathlib import Path
-from typing import List, Sequence
+from typing import List, NamedTuple, Optional, Sequence
 
 import numpy as np
 
@@ -20,23 +22,52 @@ class CorpusError(ValueError):
     """A corpus file that cannot be read as JSON lines with a text field."""
 
 
-def read_texts(path: str, text_field: str) -> List[str]:
-    """The text of every line of a JSON-lines file.
+BOM = b"\xef\xbb\xbf"
+JSON_WHITESPACE = " \t\r\n"
 
-    Bytes that are not UTF-8 become U+FFFD rather than failing the whole corpus.
+
+class CorpusRead(NamedTuple):
+    """The samples of a corpus file and what reading it found."""
+
+    texts: List[str]  # sample i is texts[i]
+    nonblank: int  # samples whose text is not empty or whitespace
+    blank_lines: int  # blank lines before the last record: empty samples at their line
+    trailing_blank_lines: int  # blank lines after the last record: not samples
+    bom: bool  # the file began with a UTF-8 byte-order mark (skipped)
+    non_utf8_lines: int  # lines with bytes that are not UTF-8 (replaced by U+FFFD)
+    first_non_utf8_line: Optional[int]  # 1-based
+
+
+def read_corpus(path: str, text_field: str) -> CorpusRead:
+    """The text of every record of a JSON-lines file, with counts of what was repaired.
 
     Raises:
         FileNotFoundError: no such file.
-        CorpusError: a line that is not a JSON object with a string ``text_field``,
-            named by file and line number.
+        CorpusError: a line that is neither blank nor a JSON object with a string
+            ``text_field``, named by file and line number.
     """
     file = Path(path)
     if not file.is_file():
         raise FileNotFoundError(f"corpus file {path} does not exist")
-    texts = []
+    texts: List[str] = []
+    last_record = 0  # number of lines up to and including the last record
+    blank_lines = non_utf8 = 0
+    first_non_utf8 = None
+    bom = False
     with file.open("rb") as f:
         for line_no, raw in enumerate(f, start=1):
-            line = raw.decode("utf-8", errors="replace")
+            if line_no == 1 and raw.startswith(BOM):
+                raw, bom = raw[len(BOM):], True
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                line = raw.decode("utf-8", errors="replace")
+                non_utf8 += 1
+                first_non_utf8 = first_non_utf8 or line_no
+            if not line.strip(JSON_WHITESPACE):
+                texts.append("")
+                blank_lines += 1
+                continue
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as e:
@@ -44,7 +75,16 @@ def read_texts(path: str, text_field: str) -> List[str]:
             if not isinstance(record, dict) or not isinstance(record.get(text_field), str):
                 raise CorpusError(f"{path}:{line_no}: expected an object with a string field {text_field!r}")
             texts.append(record[text_field])
-    return texts
+            last_record = line_no
+    trailing = len(texts) - last_record
+    texts = texts[:last_record]
+    return CorpusRead(texts, sum(1 for t in texts if t.strip()), blank_lines - trailing, trailing, bom,
+                      non_utf8, first_non_utf8)
+
+
+def read_texts(path: str, text_field: str) -> List[str]:
+    """The samples of a JSON-lines file (``read_corpus(...).texts``)."""
+    return read_corpus(path, text_field).texts
 
 
 def tokenize_sample(tokenizer, text: str, max_seq_len: int) -> List[int]:

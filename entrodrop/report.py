@@ -14,7 +14,8 @@ more runs ``write_report`` draws
 
 and proposes the curriculum midpoint j0 from a baseline run: the target epoch where its
 validation loss stops falling, the paper's "transition from productive learning to
-memorization".
+memorization". A baseline whose loss is lowest at its last evaluation has not turned up yet:
+then nothing is proposed, and the table says so.
 """
 
 import json
@@ -33,8 +34,18 @@ BUCKET_TITLES = {"all": "all tokens", "low": "low-entropy 50%", "high": "high-en
 
 
 def read_run(run_dir: str) -> Dict:
-    """A run's per-step training metrics and its evaluations."""
+    """A run's per-step training metrics and its evaluations.
+
+    Raises:
+        FileNotFoundError: ``run_dir`` does not exist, or holds neither a metric log nor
+            evaluations (not a recipe's ``output_dir``).
+    """
     root = Path(run_dir)
+    if not root.is_dir():
+        raise FileNotFoundError(f"run directory {run_dir} does not exist")
+    if not list((root / "logs").glob("log_*.txt")) and not (root / "eval" / "evals.jsonl").is_file():
+        raise FileNotFoundError(f"run directory {run_dir} holds neither logs/log_*.txt nor eval/evals.jsonl: "
+                                "not a recipe's output_dir")
     steps: Dict[int, Dict[str, float]] = {}
     for log in sorted((root / "logs").glob("log_*.txt")):
         for line in log.read_text().splitlines():
@@ -62,13 +73,38 @@ def summarize(run: Dict, target_group: Optional[str]) -> Dict:
     }
 
 
-def propose_midpoint(baseline: Dict) -> Optional[Dict]:
-    """j0 from a baseline run: the target epoch (and step) of its minimum validation loss."""
+def propose_midpoint(baseline: Dict) -> Dict:
+    """j0 from a baseline run: the target epoch (and step) of its minimum validation loss.
+
+    Only a minimum that a later evaluation confirms (its loss is no lower) marks where the loss
+    stops falling. When the minimum is the last evaluation the loss may still be falling, and
+    ``midpoint_epochs`` and ``midpoint_steps`` are None; ``note`` says why in either case.
+    """
     with_loss = [e for e in baseline["evals"] if "val_loss" in e]
+    proposal = {"run": baseline["name"], "midpoint_epochs": None, "midpoint_steps": None}
     if not with_loss:
-        return None
+        return {**proposal, "note": f"{baseline['name']} has no evaluation with a validation loss: no midpoint proposed"}
     best = best_epoch(with_loss)
-    return {"run": baseline["name"], "midpoint_epochs": best["target_epoch"], "midpoint_steps": best["step"]}
+    if best is with_loss[-1]:
+        return {**proposal, "note": f"the validation loss of {baseline['name']} is lowest at its last evaluation "
+                                    f"(epoch {best['target_epoch']:.2f}, step {best['step']}): no turn-up was seen, "
+                                    "so no midpoint is proposed; train it for more epochs"}
+    return {**proposal, "midpoint_epochs": best["target_epoch"], "midpoint_steps": best["step"],
+            "note": f"`token_dropout.midpoint: {best['target_epoch']:.2f}` with `midpoint_unit: epochs` "
+                    f"(step {best['step']}), where the validation loss of {baseline['name']} stops falling"}
+
+
+def check_selection(runs: List[Dict], target_group: Optional[str], baseline: Optional[str]) -> List[str]:
+    """What is wrong with ``--target-group`` and ``--baseline`` for ``runs``, each with what exists."""
+    problems = []
+    groups = sorted({g for run in runs for e in run["evals"] for g in e.get("groups", {})})
+    if target_group is not None and target_group not in groups:
+        problems.append(f"--target-group {target_group}: no run has it; the runs have: "
+                        f"{', '.join(groups) if groups else 'no task groups (no task was evaluated)'}")
+    names = [run["name"] for run in runs]
+    if baseline is not None and baseline not in names:
+        problems.append(f"--baseline {baseline}: no run has this name; the runs are: {', '.join(names)}")
+    return problems
 
 
 def _fmt(value: Optional[float], digits: int) -> str:
@@ -77,7 +113,14 @@ def _fmt(value: Optional[float], digits: int) -> str:
 
 def write_report(runs: List[Dict], out_dir: str, target_group: Optional[str] = None,
                  baseline: Optional[str] = None) -> Dict:
-    """Write the plots and the table for ``runs`` (from ``read_run``); returns what it wrote."""
+    """Write the plots and the table for ``runs`` (from ``read_run``); returns what it wrote.
+
+    Raises:
+        ValueError: ``target_group`` or ``baseline`` that no run has (``check_selection``).
+    """
+    problems = check_selection(runs, target_group, baseline)
+    if problems:
+        raise ValueError("; ".join(problems))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -126,13 +169,10 @@ def write_report(runs: List[Dict], out_dir: str, target_group: Optional[str] = N
     lines += [f"| {r['run']} | {_fmt(r['best_average'], 3)} | {_fmt(r['best_epoch'], 2)} | {_fmt(r['min_val_loss'], 4)} |"
               for r in rows]
     midpoint = None
-    base = next((run for run in runs if run["name"] == baseline), None) if baseline else None
-    if base is not None:
-        midpoint = propose_midpoint(base)
-        if midpoint:
-            lines += ["", f"Proposed midpoint (j0) from {midpoint['run']}: `token_dropout.midpoint: "
-                          f"{midpoint['midpoint_epochs']:.2f}` with `midpoint_unit: epochs` "
-                          f"(step {midpoint['midpoint_steps']}), where its validation loss stops falling."]
+    if baseline is not None:
+        midpoint = propose_midpoint(next(run for run in runs if run["name"] == baseline))
+        prefix = "Proposed midpoint (j0)" if midpoint["midpoint_epochs"] is not None else "No midpoint (j0)"
+        lines += ["", f"{prefix} from {midpoint['run']}: {midpoint['note']}."]
     (out / "table.md").write_text("\n".join(lines) + "\n")
     return {"rows": rows, "midpoint": midpoint,
             "files": [str(out / f) for f in ("val_loss_by_entropy.png", "benchmarks.png", "gamma_schedule.png", "table.md")]}

@@ -7,6 +7,10 @@ Each entry of ``corpora`` (the target corpus, the general corpus) becomes a stor
 token ids (``entrodrop.sample_store``) cut to ``max_seq_len`` exactly as the entropy
 precompute cuts them (``entrodrop.corpus.tokenize_sample``). Several processes take every
 N-th pending shard; a killed run keeps its finished shards and the same command completes it.
+
+Every corpus file is read and checked before any store is written: a corpus without one
+non-blank sample is refused, naming it and its file; a byte-order mark, blank lines and bytes
+that are not UTF-8 are logged (``entrodrop.corpus.read_corpus``).
 """
 
 import os
@@ -19,15 +23,50 @@ from omegaconf import DictConfig, OmegaConf
 from torchtune import config, utils
 
 from entrodrop import schemas
-from entrodrop.corpus import read_texts, tokenize_sample
+from entrodrop.corpus import CorpusError, CorpusRead, read_corpus, tokenize_sample
 from entrodrop.sample_store import SampleStoreWriter, cache_key, sample_table
 
 log = utils.get_logger("INFO")
 
 
+def describe(name: str, path: str, read: CorpusRead) -> list:
+    """Log lines for what reading a corpus found: its size, and whatever was repaired or skipped."""
+    notes = [f"{name}: {path}: {len(read.texts)} samples, {read.nonblank} non-blank"]
+    if read.bom:
+        notes.append(f"{name}: {path}: skipped the UTF-8 byte-order mark at its start")
+    if read.blank_lines:
+        notes.append(f"{name}: {path}: {read.blank_lines} blank lines kept as empty samples at their line")
+    if read.trailing_blank_lines:
+        notes.append(f"{name}: {path}: ignored {read.trailing_blank_lines} blank lines at its end")
+    if read.non_utf8_lines:
+        notes.append(f"{name}: {path}: {read.non_utf8_lines} lines had bytes that are not UTF-8, replaced by U+FFFD; "
+                     f"the first is line {read.first_non_utf8_line}")
+    return notes
+
+
+def check_corpora(cfg: DictConfig) -> None:
+    """Read every corpus and refuse an empty one before any store is written; log what was found.
+
+    The texts are not kept: each corpus is read again when its store is written, so that only
+    one corpus is in memory at a time.
+    """
+    empty = []
+    first_process = os.environ.get("RANK", "0") == "0"  # each process reads; one logs
+    for name, corpus in cfg.corpora.items():
+        read = read_corpus(corpus.path, corpus.text_field)
+        for note in describe(name, corpus.path, read) if first_process else []:
+            (log.warning if "not UTF-8" in note else log.info)(note)
+        if not read.nonblank:
+            empty.append(f"corpora.{name}.path={corpus.path} has no non-blank sample "
+                         f"({len(read.texts)} samples, all empty or blank)")
+    if empty:
+        raise CorpusError("empty corpus, nothing written: " + "; ".join(empty))
+
+
 @config.parse
 def recipe_main(cfg: DictConfig) -> None:
     schemas.check(cfg, schemas.TOKENIZE, [], "tokenize")
+    check_corpora(cfg)
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
     if distributed:
         dist.init_process_group("gloo")
@@ -36,7 +75,7 @@ def recipe_main(cfg: DictConfig) -> None:
     tokenizer_cfg = OmegaConf.to_container(cfg.tokenizer, resolve=True)
 
     for name, corpus in cfg.corpora.items():
-        texts = read_texts(corpus.path, corpus.text_field)
+        texts = read_corpus(corpus.path, corpus.text_field).texts
         key = cache_key(None, [], tokenizer_cfg, corpus.path, corpus.text_field, cfg.max_seq_len)
         # One process creates (or checks) the manifest, then all list the pending shards
         # before any writes one.

@@ -129,10 +129,23 @@ def base() -> str:
     return str(latest_checkpoint(OUT / "pretrain" / "checkpoints"))
 
 
+# The midpoint when the baseline shows no turn-up of its validation loss (too short a run).
+FALLBACK_MIDPOINT_EPOCHS = 4.0
+
+
+def choose_midpoint(baseline: dict) -> tuple:
+    """The report's proposal (entrodrop.report.propose_midpoint) for the EntroDrop run, or the
+    fixed fallback when it proposes nothing; with the line that says which."""
+    midpoint = propose_midpoint(baseline)
+    if midpoint["midpoint_epochs"] is not None:
+        return midpoint["midpoint_epochs"], f"midpoint from the report: {midpoint['note']}"
+    return FALLBACK_MIDPOINT_EPOCHS, (f"midpoint: FALLBACK to epoch {FALLBACK_MIDPOINT_EPOCHS:.2f}, not a proposal, "
+                                      f"because {midpoint['note']}")
+
+
 def run_entrodrop() -> None:
-    midpoint = propose_midpoint(read_run(OUT / "baseline"))
-    epochs = midpoint["midpoint_epochs"] if midpoint else 4
-    print(f"    midpoint: epoch {epochs:.2f}, where the baseline's validation loss stopped falling")
+    epochs, line = choose_midpoint(read_run(OUT / "baseline"))
+    print(f"    {line}")
     tune("recipes/entrodrop_single_device.py", "--config", "configs/demo/cpt_entrodrop.yaml",
          f"checkpointer.checkpoint_dir={base()}",
          f"total_tokens={CPT_TOKENS}", f"token_dropout.midpoint={epochs}")

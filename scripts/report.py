@@ -4,13 +4,15 @@
         [--target-group code] [--baseline baseline]
 
 Each argument is a recipe's ``output_dir``. ``--baseline`` names the run (its directory name)
-from which to propose the curriculum midpoint.
+from which to propose the curriculum midpoint; none is proposed while its validation loss is
+still falling at its last evaluation. A run directory that does not exist, a ``--target-group``
+no run has and a ``--baseline`` no run is named are errors (exit status 2), which list what exists.
 """
 
 import argparse
 from pathlib import Path
 
-from entrodrop.report import read_run, write_report
+from entrodrop.report import check_selection, read_run, write_report
 
 
 def main() -> None:
@@ -20,7 +22,17 @@ def main() -> None:
     parser.add_argument("--target-group", default=None, help="task group for the best average (e.g. math)")
     parser.add_argument("--baseline", default=None, help="run name to propose the midpoint from")
     args = parser.parse_args()
-    written = write_report([read_run(r) for r in args.runs], args.out, args.target_group, args.baseline)
+    runs, problems = [], []
+    for run_dir in args.runs:
+        try:
+            runs.append(read_run(run_dir))
+        except FileNotFoundError as e:
+            problems.append(str(e))
+    if not problems:
+        problems = check_selection(runs, args.target_group, args.baseline)
+    if problems:
+        parser.error("\n  ".join(["nothing written:", *problems]))
+    written = write_report(runs, args.out, args.target_group, args.baseline)
     print((Path(args.out) / "table.md").read_text())
     print("wrote " + ", ".join(written["files"]))
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from entrodrop.corpus import CorpusError, read_texts, token_hash, tokenize_corpus
+from entrodrop.corpus import CorpusError, read_corpus, read_texts, token_hash, tokenize_corpus
 from entrodrop.entropy import sample_entropies
 from entrodrop.sample_store import CacheMismatchError, SampleStore, SampleStoreWriter, cache_key, sample_table
 from entrodrop.models.qwen3 import qwen3_tokenizer
@@ -257,3 +257,57 @@ def test_corpus_with_invalid_utf8_and_empty_records(tmp_path, tiny_assets):
     samples = tokenize_corpus(tiny_tokenizer(tiny_assets), str(path), "text", 16)
     assert [len(s) > 0 for s in samples] == [True, False, True]
     assert token_hash(samples[0]) != token_hash(samples[2])
+
+
+def test_non_utf8_lines_are_counted_with_the_first_one(tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(b'{"text": "ok"}\n{"text": "caf\xe9"}\n{"text": "fine"}\n{"text": "na\xefve \xff"}\n')
+    read = read_corpus(str(path), "text")
+    assert (read.non_utf8_lines, read.first_non_utf8_line) == (2, 2)
+    assert read.texts == ["ok", "caf\ufffd", "fine", "na\ufffdve \ufffd"]
+    clean = tmp_path / "clean.jsonl"
+    clean.write_text('{"text": "ok"}\n')
+    assert read_corpus(str(clean), "text")[-2:] == (0, None)
+
+
+def test_a_bom_and_trailing_blank_lines_are_accepted(tmp_path):
+    records = b'{"text": "a"}\n{"text": "b"}\n{"text": ""}\n'
+    clean, messy, crlf = tmp_path / "clean.jsonl", tmp_path / "messy.jsonl", tmp_path / "crlf.jsonl"
+    clean.write_bytes(records)
+    messy.write_bytes(b"\xef\xbb\xbf" + records + b"\n  \n\t\n")
+    crlf.write_bytes(b"\xef\xbb\xbf" + records.replace(b"\n", b"\r\n") + b"\r\n\r\n")
+    expected = read_corpus(str(clean), "text")
+    assert expected.texts == ["a", "b", ""] and not expected.bom and expected.trailing_blank_lines == 0
+    for path, trailing in ((messy, 3), (crlf, 2)):
+        read = read_corpus(str(path), "text")
+        assert read.texts == expected.texts  # the record {"text": ""} at the end stays a sample
+        assert (read.bom, read.trailing_blank_lines, read.blank_lines, read.nonblank) == (True, trailing, 0, 2)
+
+
+def test_a_blank_line_inside_the_file_is_an_empty_sample_at_its_index(tmp_path, tiny_assets):
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(b'{"text": "x = 1"}\n\n   \n{"text": "y = 2"}\n\n')
+    read = read_corpus(str(path), "text")
+    assert read.texts == ["x = 1", "", "", "y = 2"]
+    assert (read.blank_lines, read.trailing_blank_lines, read.nonblank) == (2, 1, 2)
+    samples = tokenize_corpus(tiny_tokenizer(tiny_assets), str(path), "text", 16)
+    assert [len(s) > 0 for s in samples] == [True, False, False, True]
+    (tmp_path / "empty.jsonl").write_bytes(b"")
+    assert read_corpus(str(tmp_path / "empty.jsonl"), "text")[:2] == ([], 0)
+
+
+def test_tokenize_refuses_an_empty_corpus_before_writing_any_store(tiny_assets, tune_run, tmp_path):
+    empty, blank, latin = tmp_path / "empty.jsonl", tmp_path / "blank.jsonl", tmp_path / "latin.jsonl"
+    empty.write_bytes(b"")
+    blank.write_bytes(b'\xef\xbb\xbf{"text": "  "}\n\n')
+    latin.write_bytes(b'{"text": "ok"}\n{"text": "caf\xe9"}\n{"text": "na\xefve"}\n')
+    stores = tmp_path / "tokens"
+    result = tune_run("recipes/tokenize_corpus.py", "--config", "configs/tiny/qwen3_tokenize.yaml",
+                      f"corpora.target.path={empty}", f"corpora.target_val.path={blank}", f"corpora.general.path={latin}",
+                      *(f"corpora.{c}.store_dir={stores}/{c}" for c in ("target", "target_val", "general")))
+    assert result.returncode != 0
+    for message in (f"corpora.target.path={empty} has no non-blank sample (0 samples",
+                    f"corpora.target_val.path={blank} has no non-blank sample (1 samples",
+                    f"general: {latin}: 2 lines had bytes that are not UTF-8, replaced by U+FFFD; the first is line 2"):
+        assert message in result.stderr, message
+    assert not stores.exists()
