@@ -16,6 +16,10 @@ written by recipes/tokenize_corpus.py, so training never tokenizes). A store dir
 A shard directory is built under a temporary name and renamed into place when whole, so a
 killed run never leaves a shard a reader could take for complete; the next run keeps the
 finished shards and computes the rest. Readers refuse a store that is not complete.
+
+A manifest says what a store was written with, not what its files hold now: a token id edited
+in a shard keeps the manifest. ``SampleStore.check_tokens`` reads a token store back, hashes
+every sample and names the shard file and first sample that differ from the table.
 """
 
 import hashlib
