@@ -419,11 +419,8 @@ class SampleStore:
     def differences(self, actual: np.ndarray, expected: np.ndarray) -> List[str]:
         """Where two tables of this store's samples differ (``actual``: usually ``token_table()``):
         for each shard, its file, how many of its samples differ and the first one; empty if none.
-
-        Example:
-            >>> store.differences(store.token_table(), store.table)  # doctest: +SKIP
-            ['/data/target/shard-00002/tokens.npy: 1 of 16 samples differ, the first is sample 37 (same length, 12, other token ids)']
-        """
+        A line reads ``.../shard-00002/tokens.npy: 1 of 16 samples differ, the first is sample 37
+        (same length, 12, other token ids)``."""
         n = min(len(actual), len(expected))
         differs = ((actual["length"][:n] != expected["length"][:n])
                    | (actual["token_hash"][:n] != expected["token_hash"][:n]))
