@@ -265,7 +265,12 @@ class MixedPackedStream(BaseNode[Dict[str, Any]]):
 
     def _fetch(self, domain: int, i: int) -> Tuple[np.ndarray, Optional[np.ndarray]]:
         ids = (self._target if domain == TARGET else self._general)[i]
-        if domain != TARGET or self._entropy is None:
+        if domain == GENERAL:
+            # The general store is read once and may be far larger than the target store, so it
+            # is not hashed at start-up (build_loader): each sample is checked as it is read.
+            self._general.check_sample(i, ids)
+            return ids, None
+        if self._entropy is None:
             return ids, None
         self._entropy.check_sample(i, ids)
         return ids, self._entropy[i]
@@ -314,11 +319,22 @@ def build_loader(target_tokens_dir: str, target_entropy_dir: Optional[str], gene
                  global_batch_size: int, target_ratio: float, seed: int, rank: int = 0,
                  world_size: int = 1) -> Loader:
     """A stateful ``torchdata.nodes.Loader`` over ``MixedPackedStream``: ``state_dict()`` after
-    a batch and ``load_state_dict()`` on a fresh loader resume right after that batch."""
+    a batch and ``load_state_dict()`` on a fresh loader resume right after that batch.
+
+    Before the first batch, every token id of the target store is read back and hashed against
+    its table (``SampleStore.check_tokens``, about 2 s per 100M tokens), so a corrupted store stops
+    the run before its first step; the entropy join ties the cache to that table. General samples
+    are checked one by one as they are read.
+
+    Raises:
+        CacheMismatchError: the target token store holds other ids than it was written with, or
+            the entropy cache was computed on other samples.
+    """
+    target = SampleStore(target_tokens_dir, "tokens")
     stream = MixedPackedStream(
-        SampleStore(target_tokens_dir, "tokens"),
-        SampleStore(target_entropy_dir, "entropy") if target_entropy_dir else None,
+        target, SampleStore(target_entropy_dir, "entropy") if target_entropy_dir else None,
         SampleStore(general_tokens_dir, "tokens"), seq_len, global_batch_size, target_ratio, seed,
         rank, world_size,
     )
+    target.check_tokens()  # after the stream's own checks, which read only the manifests
     return Loader(stream, restart_on_stop_iteration=False)

@@ -16,6 +16,10 @@ written by recipes/tokenize_corpus.py, so training never tokenizes). A store dir
 A shard directory is built under a temporary name and renamed into place when whole, so a
 killed run never leaves a shard a reader could take for complete; the next run keeps the
 finished shards and computes the rest. Readers refuse a store that is not complete.
+
+A manifest says what a store was written with, not what its files hold now: a token id edited
+in a shard keeps the manifest. ``SampleStore.check_tokens`` reads a token store back, hashes
+every sample and names the shard file and first sample that differ from the table.
 """
 
 import hashlib
@@ -29,7 +33,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
 
-from entrodrop.corpus import token_hash
+from entrodrop.corpus import token_hash, token_hashes
 
 STORE_VERSION = 1
 MANIFEST = "manifest.json"
@@ -43,6 +47,8 @@ KINDS = {
 }
 _SAMPLED_BYTES = 1 << 20
 _MAX_OPEN_FILES = 64
+_HASH_BLOCK_TOKENS = 1 << 20  # read while hashing a shard: 4 MiB of int32, 8 MiB as int64
+_MAX_SHARDS_NAMED = 5
 
 
 class CacheMismatchError(ValueError):
@@ -155,9 +161,9 @@ def mismatches(key: Dict[str, Any], table: np.ndarray, cached_key: Dict[str, Any
     return problems
 
 
-def _raise_if(problems: List[str], what: str) -> None:
+def _raise_if(problems: List[str], what: str, fix: str = "") -> None:
     if problems:
-        raise CacheMismatchError(what + ":\n  " + "\n  ".join(problems))
+        raise CacheMismatchError(what + ":\n  " + "\n  ".join(problems) + (f"\n{fix}" if fix else ""))
 
 
 # ---------------------------------------------------------------------------- writing
@@ -268,6 +274,17 @@ class SampleStoreWriter:
 # ---------------------------------------------------------------------------- reading
 
 
+def _data_offset(path: Path, dtype: np.dtype) -> int:
+    """Where the values start in a ``.npy`` shard file, after checking that they are ``dtype``."""
+    with path.open("rb") as f:
+        version = np.lib.format.read_magic(f)
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        _, _, found = read_header(f)
+        if found != dtype:
+            raise CacheMismatchError(f"{path} holds {found}, expected {dtype}")
+        return f.tell()
+
+
 class SampleStore:
     """A complete store: ``store[i]`` is sample ``i``'s values, read from its shard on demand.
 
@@ -322,13 +339,7 @@ class SampleStore:
             return self._files[shard]
         path = self.dir / _shard_name(shard) / f"{self.kind}.npy"
         if shard not in self._data_offsets:
-            with path.open("rb") as f:
-                version = np.lib.format.read_magic(f)
-                read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-                _, _, dtype = read_header(f)
-                if dtype != self._dtype:
-                    raise CacheMismatchError(f"{path} holds {dtype}, expected {self._dtype}")
-                self._data_offsets[shard] = f.tell()
+            self._data_offsets[shard] = _data_offset(path, self._dtype)
         if len(self._files) >= _MAX_OPEN_FILES:
             os.close(self._files.popitem(last=False)[1])
         self._files[shard] = os.open(path, os.O_RDONLY)
@@ -344,21 +355,108 @@ class SampleStore:
         for fd in getattr(self, "_files", {}).values():
             os.close(fd)
 
+    def shard_file(self, shard: int) -> Path:
+        """The file of a shard's values."""
+        return self.dir / _shard_name(shard) / f"{self.kind}.npy"
+
     def check_sample(self, i: int, ids: Sequence[int]) -> None:
-        """Raise if sample ``i``'s token ids are not the ones this store was computed on."""
+        """Raise if sample ``i``'s token ids are not the ones this store was computed on (an
+        entropy cache) or written with (a token store checking the ids read from its own file)."""
         row = self.table[i]
         if row["length"] != len(ids) or row["token_hash"] != token_hash(ids):
+            hint = ("was the corpus, tokenizer or max_seq_len changed? Check with recipes/verify_entropy_cache.py"
+                    if self.kind == "entropy" else f"{self.shard_file(i // self._per_shard)} was changed after it "
+                    f"was written: {_rewrite_tokens(self.dir)}")
             raise CacheMismatchError(
                 f"{KINDS[self.kind][0]} {self.dir}, sample {i}: computed for {row['length']} tokens with "
                 f"hash {row['token_hash']:016x}, but the loader has {len(ids)} tokens with hash "
-                f"{token_hash(ids):016x}; was the corpus, tokenizer or max_seq_len changed? "
-                "Check with recipes/verify_entropy_cache.py"
+                f"{token_hash(ids):016x}; {hint}"
             )
+
+    def token_table(self) -> np.ndarray:
+        """The table (``SAMPLE_DTYPE``) of the token ids actually in a token store's shard files:
+        each sample's length from the manifest's table, and the hash of the ids read back.
+
+        Shard by shard, in blocks of whole samples of about ``_HASH_BLOCK_TOKENS`` tokens, read
+        with plain reads: a memory map would keep every page it touched in the resident set until
+        it is closed (see the class docstring), and this way start-up memory stays flat. About
+        2 s per 100M tokens on one core (scripts/bench_loader.py).
+
+        Raises:
+            CacheMismatchError: a shard file holds more or fewer tokens than its samples' lengths
+                add up to (a file cut short or replaced).
+        """
+        if self.kind != "tokens":
+            raise ValueError(f"{self.dir} is a store of {self.kind!r}: only a token store holds token ids")
+        lengths = self.table["length"].astype(np.int64)
+        hashes = np.zeros(len(lengths), np.uint64)
+        for start in range(0, len(lengths), self._per_shard):
+            shard_lengths = lengths[start : start + self._per_shard]
+            path = self.shard_file(start // self._per_shard)
+            offset = _data_offset(path, self._dtype)
+            num_tokens = (path.stat().st_size - offset) // self._dtype.itemsize
+            if num_tokens != shard_lengths.sum():
+                raise CacheMismatchError(
+                    f"{path} holds {num_tokens} tokens, but its samples {start} to {start + len(shard_lengths) - 1} "
+                    f"have {shard_lengths.sum()} in {self.dir / SAMPLES}: the file was cut short or replaced; "
+                    + _rewrite_tokens(self.dir))
+            ends = np.cumsum(shard_lengths)
+            with path.open("rb") as f:
+                f.seek(offset)
+                i = 0
+                while i < len(shard_lengths):
+                    # Samples i..j-1: whole samples, at least one, about _HASH_BLOCK_TOKENS tokens.
+                    limit = ends[i] - shard_lengths[i] + _HASH_BLOCK_TOKENS
+                    j = max(i + 1, int(np.searchsorted(ends, limit, side="right")))
+                    block_lengths = shard_lengths[i:j]
+                    block = np.frombuffer(f.read(int(block_lengths.sum()) * self._dtype.itemsize), self._dtype)
+                    hashes[start + i : start + j] = token_hashes(block, block_lengths)
+                    i = j
+        table = np.zeros(len(lengths), SAMPLE_DTYPE)
+        table["length"], table["token_hash"] = self.table["length"], hashes
+        return table
+
+    def differences(self, actual: np.ndarray, expected: np.ndarray) -> List[str]:
+        """Where two tables of this store's samples differ (``actual``: usually ``token_table()``):
+        for each shard, its file, how many of its samples differ and the first one; empty if none.
+        A line reads ``.../shard-00002/tokens.npy: 1 of 16 samples differ, the first is sample 37
+        (same length, 12, other token ids)``."""
+        n = min(len(actual), len(expected))
+        differs = ((actual["length"][:n] != expected["length"][:n])
+                   | (actual["token_hash"][:n] != expected["token_hash"][:n]))
+        shards = np.unique(np.flatnonzero(differs) // self._per_shard)
+        problems = []
+        for shard in shards[:_MAX_SHARDS_NAMED].tolist():
+            rows = range(shard * self._per_shard, min((shard + 1) * self._per_shard, n))
+            bad = np.flatnonzero(differs[rows.start : rows.stop]) + rows.start
+            i = int(bad[0])
+            have, want = int(actual[i]["length"]), int(expected[i]["length"])
+            detail = f"same length, {have}, other token ids" if have == want else f"{have} tokens here, {want} in the table"
+            problems.append(f"{self.shard_file(shard)}: {len(bad)} of {len(rows)} samples differ, "
+                            f"the first is sample {i} ({detail})")
+        if len(shards) > _MAX_SHARDS_NAMED:
+            problems.append(f"and {len(shards) - _MAX_SHARDS_NAMED} more shards")
+        if len(actual) != len(expected):
+            problems.append(f"the store has {len(actual)} samples, the table {len(expected)}")
+        return problems
+
+    def check_tokens(self) -> None:
+        """Raise unless the token ids in the shard files are the ones the store was written with
+        (its table, ``samples.npy``): every token is read and hashed (``token_table``). Training
+        runs this before its first step; the per-sample ``check_sample`` catches only what it reads."""
+        _raise_if(self.differences(self.token_table(), self.table),
+                  f"the token store {self.dir} holds other token ids than it was written with "
+                  f"(its table, {self.dir / SAMPLES})", "Fix: " + _rewrite_tokens(self.dir))
 
     def verify(self, key: Dict[str, Any], table: np.ndarray) -> None:
         """Raise one error naming everything that differs and the first sample where it does."""
         _raise_if(mismatches(key, table, self.key, self.table),
                   f"the {KINDS[self.kind][0]} at {self.dir} does not match")
+
+
+def _rewrite_tokens(store_dir: Path) -> str:
+    return (f"delete {store_dir} and re-run recipes/tokenize_corpus.py to write it again (tokenizing is "
+            "deterministic: an entropy cache of the original store still fits, recipes/verify_entropy_cache.py checks)")
 
 
 def write_store(store_dir: str, kind: str, key: Dict[str, Any], values: Sequence[np.ndarray],

@@ -158,7 +158,10 @@ class EntroDropRecipeDistributed:
 
     def _setup_data(self, cfg: DictConfig) -> None:
         """The training stream (the stores' integrity and the entropy join are checked as it is
-        built), the held-out validation stores, and the budget."""
+        built), the held-out validation stores, and the budget. Every token id of the target and
+        validation token stores is hashed against the store's table here, before the model loads.
+        Every rank checks for itself, in parallel, one core each: simpler than one rank checking
+        and broadcasting the outcome, and every rank raises the same error."""
         self._loader = build_loader(cfg.data.target_tokens, cfg.data.target_entropy, cfg.data.general_tokens,
                                     cfg.data.seq_len, cfg.global_batch_size, cfg.data.target_ratio, self._seed,
                                     self._rank, self._world_size)
@@ -167,6 +170,7 @@ class EntroDropRecipeDistributed:
         if v.target_tokens:
             self._validation = (SampleStore(v.target_tokens, "tokens"), SampleStore(v.target_entropy, "entropy"))
             check_join(*self._validation)
+            self._validation[0].check_tokens()
         stream = self._loader.root
         budget = plan_budget(cfg.total_tokens, cfg.global_batch_size, cfg.data.seq_len, cfg.data.target_ratio,
                              stream.target_tokens, stream.general_tokens)

@@ -5,6 +5,11 @@
 Reads the same config as the precompute. Any difference (a token store of another tokenizer,
 corpus or max_seq_len, another checkpoint) is one error naming everything that differs and the
 first sample where it does; nothing is written.
+
+Manifests are not enough: a token file edited after it was written keeps its manifest. So every
+token id of the token store is read back and hashed (``SampleStore.token_table``, about 2 s per
+100M tokens) and checked against both tables: the token store's own (what it was written with)
+and the entropy cache's (what the entropies were computed on). The error says which differs.
 """
 
 import sys
@@ -13,7 +18,7 @@ from omegaconf import DictConfig
 from torchtune import config, utils
 
 from entrodrop import schemas
-from entrodrop.sample_store import SampleStore, entropy_cache_key
+from entrodrop.sample_store import SAMPLES, CacheMismatchError, SampleStore, entropy_cache_key, mismatches
 
 log = utils.get_logger("INFO")
 
@@ -24,9 +29,30 @@ def recipe_main(cfg: DictConfig) -> None:
     cache = SampleStore(cfg.cache_dir, "entropy")
     tokens = SampleStore(cfg.target_tokens, "tokens")
     checkpointer = config.instantiate(cfg.checkpointer)  # reads config.json only
-    cache.verify(entropy_cache_key(tokens, cfg.checkpointer.checkpoint_dir, checkpointer.weight_files), tokens.table)
-    log.info(f"entropy cache {cfg.cache_dir} matches: {len(cache)} samples, "
-             f"{cache.manifest['num_tokens']} tokens")
+    key = entropy_cache_key(tokens, cfg.checkpointer.checkpoint_dir, checkpointer.weight_files)
+    problems = [f"manifests: {p}" for p in mismatches(key, tokens.table, cache.key, cache.table)]
+    actual = tokens.token_table()  # the ids in the token files, hashed
+    fixes = []
+    own = tokens.differences(actual, tokens.table)
+    if own:
+        problems += [f"the token ids in {tokens.dir} differ from its own table ({tokens.dir / SAMPLES}):"]
+        problems += [f"  {p}" for p in own]
+        fixes.append(f"the token store was changed after it was written: delete {tokens.dir} and re-run "
+                     "recipes/tokenize_corpus.py, then this check")
+    computed_on = tokens.differences(actual, cache.table)
+    if computed_on:
+        problems += [f"the token ids in {tokens.dir} differ from the table the entropy cache was computed on "
+                     f"({cache.dir / SAMPLES}):"]
+        problems += [f"  {p}" for p in computed_on]
+    if problems and not own:
+        fixes.append("the cache was computed from other tokens or another model: point target_tokens and "
+                     "checkpointer at what it was computed from, or re-run recipes/precompute_entropy.py into "
+                     "a new cache_dir")
+    if problems:
+        raise CacheMismatchError(f"the entropy cache {cfg.cache_dir} does not match:\n  " + "\n  ".join(problems)
+                                 + "".join(f"\nFix: {fix}" for fix in fixes))
+    log.info(f"entropy cache {cfg.cache_dir} matches: {len(cache)} samples, {cache.manifest['num_tokens']} tokens; "
+             f"the token ids in {tokens.dir} hash to its own table and to the cache's")
 
 
 if __name__ == "__main__":

@@ -5,9 +5,12 @@
 Builds a target token store + entropy cache of 1M and of 100M tokens (sample lengths uniform
 in [32, 1024], random ids and entropies) and one 20M-token general store, then, each in a
 fresh process, iterates the loader for ``--steps`` global batches of 8 x 1024 and reports
-tokens/s (real tokens, padding excluded) and memory: peak RSS, and at the end its anonymous
-(allocated) and file-backed (mapped files: libraries, and store pages if they were mapped)
-parts. Not loading the store shows as both staying flat from 1M to 100M tokens.
+tokens/s (real tokens, padding excluded), the start-up seconds of the target store's
+integrity check (every token id read back and hashed) and of ``build_loader`` as a whole,
+and memory: peak RSS, and at the end its anonymous (allocated) and file-backed (mapped
+files: libraries, and store pages if they were mapped) parts. Not loading the store shows
+as both staying flat from 1M to 100M tokens. The stores live in a temporary directory
+(about 800 MB), deleted at the end.
 
 For scale it also measures what training consumes: the demo Qwen3 (4 layers, 256 wide;
 scripts/make_tiny_assets.py) doing forward, backward and an AdamW step on the loader's
@@ -61,16 +64,25 @@ def memory() -> dict:
 
 def measure_loader(root: Path, steps: int) -> dict:
     from entrodrop.loader import build_loader
+    from entrodrop.sample_store import SampleStore
 
+    # The integrity check alone (every target token id read back and hashed), then the whole
+    # start-up, which runs it again: build_loader refuses a corrupted store before step 1.
+    start = time.perf_counter()
+    SampleStore(str(root / "target" / "tokens"), "tokens").check_tokens()
+    check_s = time.perf_counter() - start
+    start = time.perf_counter()
     loader = build_loader(str(root / "target" / "tokens"), str(root / "target" / "entropy"),
                           str(root / "general" / "tokens"), seq_len=1024, global_batch_size=8,
                           target_ratio=0.6, seed=0)
+    startup_s = time.perf_counter() - start
     it = iter(loader)
     next(it)
     start, tokens = time.perf_counter(), 0
     for _ in range(steps):
         tokens += int((next(it)["domain"] >= 0).sum())
-    return {"tokens_per_s": tokens / (time.perf_counter() - start), **memory()}
+    return {"tokens_per_s": tokens / (time.perf_counter() - start), "check_s": check_s, "startup_s": startup_s,
+            **memory()}
 
 
 def measure_training(root: Path, steps: int) -> dict:
@@ -137,12 +149,15 @@ def main() -> None:
 
     print(f"\nloader, one worker, global batch 8 x 1024, target ratio 0.6, {args.steps} steps; "
           f"training: the demo Qwen3 (4 x 256 wide), 8 x 256, fwd+bwd+AdamW = {training['tokens_per_s']:.0f} tokens/s\n")
-    print(f"| {'target cache':<12} | {'tokens/s':>10} | {'x training':>10} | {'peak RSS MiB':>12} | "
-          f"{'anon MiB':>8} | {'file MiB':>10} |")
-    print(f"|{'-' * 14}|{'-' * 12}|{'-' * 12}|{'-' * 14}|{'-' * 10}|{'-' * 12}|")
+    print(f"| {'target cache':<12} | {'tokens/s':>10} | {'x training':>10} | {'check s':>7} | {'start-up s':>10} | "
+          f"{'peak RSS MiB':>12} | {'anon MiB':>8} | {'file MiB':>10} |")
+    print(f"|{'-' * 14}|{'-' * 12}|{'-' * 12}|{'-' * 9}|{'-' * 12}|{'-' * 14}|{'-' * 10}|{'-' * 12}|")
     for name, r in rows.items():
         print(f"| {name + ' tokens':<12} | {r['tokens_per_s']:>10.0f} | {r['tokens_per_s'] / training['tokens_per_s']:>10.1f} "
+              f"| {r['check_s']:>7.2f} | {r['startup_s']:>10.2f} "
               f"| {r['peak_rss_mib']:>12.0f} | {r['anon_mib']:>8.0f} | {r['file_mib']:>10.0f} |")
+    print("\ncheck s: the target token store's integrity check (every id read back and hashed, page cache warm);"
+          "\nstart-up s: build_loader, which runs it, opens the stores and checks the entropy join")
     growth = rows["100M"]["peak_rss_mib"] - rows["1M"]["peak_rss_mib"]
     print(f"\npeak RSS growth from 1M to 100M tokens: {growth:.0f} MiB")
 

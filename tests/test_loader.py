@@ -1,5 +1,8 @@
 """The mixed, packed training stream: ratio, epochs, ranks, exact resume, the entropy join."""
 
+import shutil
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -15,7 +18,7 @@ from entrodrop.loader import (
     plan_budget,
 )
 from entrodrop.models.qwen3 import qwen3, qwen3_tokenizer
-from entrodrop.sample_store import CacheMismatchError, sample_table, write_store
+from entrodrop.sample_store import CacheMismatchError, SampleStore, sample_table, write_store
 
 SEQ_LEN = 64
 
@@ -152,18 +155,64 @@ def test_a_cache_of_other_tokens_is_refused(stores, tmp_path):
         build_loader(paths["target"], str(wrong.dir), paths["general"], SEQ_LEN, 4, 0.6, 0)
 
 
-def test_a_corrupted_token_shard_is_caught_at_its_sample(stores, tmp_path):
-    import shutil
+def corrupt_sample(store_dir, i: int) -> Path:
+    """Add 1 to one token id of sample ``i`` in its shard's tokens.npy, as a bad disk or a stray
+    write would; the manifest and tables stay as they were. Returns the shard file."""
+    store = SampleStore(str(store_dir), "tokens")
+    per_shard = store.manifest["samples_per_shard"]
+    shard = Path(store_dir) / f"shard-{i // per_shard:05d}" / "tokens.npy"
+    tokens = np.load(shard)
+    start = i - i % per_shard
+    tokens[int(store.table["length"][start:i].sum()) + 1] += 1
+    np.save(shard, tokens)
+    return shard
 
+
+def test_a_corrupted_token_shard_is_refused_before_the_first_batch(stores, tmp_path):
     paths, target, _, _ = stores
     shutil.copytree(paths["target"], tmp_path / "t")
-    shard = tmp_path / "t" / "shard-00000" / "tokens.npy"
-    tokens = np.load(shard)
-    tokens[3] += 1  # inside sample 0
-    np.save(shard, tokens)
-    it = iter(build_loader(str(tmp_path / "t"), paths["entropy"], paths["general"], SEQ_LEN, 4, 0.6, 0))
-    with pytest.raises(CacheMismatchError, match="sample 0: computed for"):
-        take(it, 40)
+    assert len(target[37]) > 1
+    shard = corrupt_sample(tmp_path / "t", 37)  # shard-00002, 16 samples a shard
+    with pytest.raises(CacheMismatchError) as err:
+        build_loader(str(tmp_path / "t"), paths["entropy"], paths["general"], SEQ_LEN, 4, 0.6, 0)
+    message = str(err.value)
+    assert f"the token store {tmp_path / 't'} holds other token ids than it was written with" in message
+    assert f"{shard}: 1 of 16 samples differ, the first is sample 37 (same length, {len(target[37])}" in message
+    assert "re-run recipes/tokenize_corpus.py" in message
+    # Without an entropy cache nothing else would ever look at the target tokens.
+    with pytest.raises(CacheMismatchError, match="sample 37"):
+        build_loader(str(tmp_path / "t"), None, paths["general"], SEQ_LEN, 4, 0.6, 0)
+
+
+def test_a_cut_token_shard_is_refused(stores, tmp_path):
+    paths = stores[0]
+    shutil.copytree(paths["target"], tmp_path / "t")
+    shard = tmp_path / "t" / "shard-00001" / "tokens.npy"
+    np.save(shard, np.load(shard)[:-1])
+    with pytest.raises(CacheMismatchError, match=f"{shard} holds .* tokens, but its samples 16 to 31 have"):
+        build_loader(str(tmp_path / "t"), paths["entropy"], paths["general"], SEQ_LEN, 4, 0.6, 0)
+
+
+def test_the_token_table_is_the_one_the_store_was_written_with(stores):
+    paths, target, general, _ = stores
+    for path, samples in ((paths["target"], target), (paths["general"], general)):
+        store = SampleStore(path, "tokens")
+        assert np.array_equal(store.token_table(), sample_table(samples))
+        assert store.differences(store.token_table(), store.table) == []
+
+
+def test_a_corrupted_general_sample_is_caught_when_read(stores, tmp_path):
+    paths = stores[0]
+    shutil.copytree(paths["general"], tmp_path / "g")
+    stream = loader(stores).root
+    stream.reset()
+    first_general = next(i for domain, i in (stream._draw() for _ in range(100)) if domain == GENERAL)
+    corrupt_sample(tmp_path / "g", first_general)
+    # The general store is read once and may be huge: it is not hashed at start-up, but sample by sample.
+    it = iter(build_loader(paths["target"], paths["entropy"], str(tmp_path / "g"), SEQ_LEN, 4, 0.6, 0))
+    with pytest.raises(CacheMismatchError, match=f"token store {tmp_path / 'g'}, sample {first_general}: .*"
+                                                 "re-run recipes/tokenize_corpus.py"):
+        next(it)
 
 
 def test_bad_settings_are_reported_together(stores):

@@ -4,11 +4,13 @@ run resumes to the same losses bitwise, every baseline switch runs, bad settings
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -266,6 +268,32 @@ def test_the_data_recipes_report_every_config_mistake_too(tiny_assets, tune_run,
                     f"checkpointer.checkpoint_dir={tmp_path} holds no Hugging Face checkpoint"):
         assert message in result.stderr, message
     assert sorted(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("store, config, nproc", [("target", SINGLE, 1), ("target_val", SINGLE, 1),
+                                                   ("target", DISTRIBUTED, 2)])
+def test_a_corrupted_token_store_stops_training_before_its_first_step(data, tune_run, tmp_path, store, config, nproc):
+    from entrodrop.sample_store import SampleStore
+
+    [override] = [arg for arg in data if arg.endswith(f"/{store}")]
+    key, original = override.split("=", 1)
+    copy = tmp_path / store
+    shutil.copytree(original, copy)
+    lengths = SampleStore(str(copy), "tokens").table["length"]
+    shard = copy / "shard-00000" / "tokens.npy"
+    tokens = np.load(shard)
+    tokens[int(lengths[:3].sum()) + 1] += 1  # one id of sample 3; manifest and tables untouched
+    np.save(shard, tokens)
+    corrupted = [arg for arg in data if arg != override] + [f"{key}={copy}"]
+    out = tmp_path / "run"
+    result = tune_run(*train_args(config, corrupted, out, "total_tokens=30720", "evaluation.lm_eval.tasks.code=[]"),
+                      nproc=nproc)
+    assert result.returncode != 0
+    for line in (f"the token store {copy} holds other token ids than it was written with",
+                 f"{shard}: 1 of {len(lengths)} samples differ, the first is sample 3",
+                 f"delete {copy} and re-run recipes/tokenize_corpus.py"):
+        assert line in result.stderr, (line, result.stderr[-3000:])
+    assert not (out / "checkpoints").exists() and not (out / "logs").exists()
 
 
 def test_a_diverging_loss_stops_the_run_and_keeps_the_last_checkpoint(data, tune_run, tmp_path):

@@ -191,7 +191,30 @@ def test_verify_command_reports_a_mismatch_and_writes_nothing(reference_cache, t
     assert ok.returncode == 0 and "matches: 64 samples" in ok.stderr, ok.stderr[-2000:]
     bad = tune_run("recipes/verify_entropy_cache.py", "--config", CONFIG, f"cache_dir={reference_cache}", target_tokens[128])
     assert bad.returncode != 0 and "max_seq_len: cache has 256, now 128" in bad.stderr
+    # The 128-token store is whole: only the table the cache was computed on differs from its ids.
+    assert "differ from the table the entropy cache was computed on" in bad.stderr
+    assert "differ from its own table" not in bad.stderr and "re-run recipes/precompute_entropy.py" in bad.stderr
     assert cache_files(reference_cache) == before
+
+
+def test_verify_command_hashes_the_token_ids_and_names_a_corrupted_sample(reference_cache, target_tokens, tune_run,
+                                                                           tmp_path):
+    store_dir = tmp_path / "target"
+    shutil.copytree(target_tokens[256].split("=", 1)[1], store_dir)
+    lengths = SampleStore(str(store_dir), "tokens").table["length"]
+    shard = store_dir / "shard-00000" / "tokens.npy"
+    tokens = np.load(shard)
+    tokens[int(lengths[:17].sum()) + 2] += 1  # one id of sample 17; manifest and tables untouched
+    np.save(shard, tokens)
+    result = tune_run("recipes/verify_entropy_cache.py", "--config", CONFIG, f"cache_dir={reference_cache}",
+                      f"target_tokens={store_dir}")
+    assert result.returncode != 0 and f"{reference_cache} matches" not in result.stderr, result.stderr[-3000:]
+    for line in (f"the token ids in {store_dir} differ from its own table ({store_dir}/samples.npy)",
+                 f"the token ids in {store_dir} differ from the table the entropy cache was computed on",
+                 f"{shard}: 1 of 64 samples differ, the first is sample 17 (same length, {lengths[17]}, other token ids)",
+                 f"delete {store_dir} and re-run recipes/tokenize_corpus.py"):
+        assert line in result.stderr, (line, result.stderr[-3000:])
+    assert "manifests:" not in result.stderr  # the manifests agree: only the ids tell
 
 
 def test_precompute_refuses_a_directory_holding_another_cache(reference_cache, target_tokens, tune_run):
