@@ -3,7 +3,9 @@
 torchtune 0.6.1's ``eleuther_eval`` recipe refuses lm-eval 0.4.13 and its wrapper loads gpt2
 from the hub, so this is a small ``TemplateLM`` of our own: ``loglikelihood`` (through
 ``_loglikelihood_tokens``), ``loglikelihood_rolling`` and ``generate_until`` (greedy, batched,
-with torchtune's KV cache).
+with torchtune's KV cache). Each generated row stops at EOS or at its own ``until`` strings as
+it generates, and a batch stops when every row has: a base model in continual pre-training
+rarely emits EOS, so cutting at ``until`` only afterwards ran every row to ``max_gen_toks``.
 
 Several processes: lm-eval sees one process on every rank (``world_size`` 1) and runs the
 same requests everywhere; the adapter gives each rank every N-th batch of them, pads the
@@ -11,6 +13,7 @@ ranks to the same number of equal-sized batches (a sharded model runs its collec
 every forward) and all-gathers the results, so every rank returns every answer.
 """
 
+from collections import Counter
 from typing import List, Optional, Sequence, Tuple
 
 import torch
@@ -19,7 +22,11 @@ import torch.nn.functional as F
 from lm_eval.api.model import TemplateLM
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from torchtune.generation import get_causal_mask_from_padding_mask, get_position_ids_from_padding_mask
+from torchtune import utils
 from torchtune.modules.common_utils import local_kv_cache
+from tqdm import tqdm
+
+log = utils.get_logger("INFO")
 
 
 class TorchtuneLM(TemplateLM):
@@ -33,13 +40,18 @@ class TorchtuneLM(TemplateLM):
         batch_size (int): sequences per forward.
         max_gen_toks (int): generation length when a task does not set ``max_gen_toks``.
         distributed (bool): share the requests over the ranks of the default process group.
+        generation_batch_size (int): rows per generation batch (None: ``batch_size``). Decoding
+            one token costs about the same for 8 rows as for 32 on a GPU, so it pays to set it
+            well above the scoring batch, which holds whole sequences.
     """
 
     def __init__(self, model: torch.nn.Module, tokenizer, device: torch.device, max_seq_len: int,
-                 batch_size: int, max_gen_toks: int = 256, distributed: bool = False) -> None:
+                 batch_size: int, max_gen_toks: int = 256, distributed: bool = False,
+                 generation_batch_size: Optional[int] = None) -> None:
         super().__init__()
         self._model, self._tokenizer, self._device = model, tokenizer, device
         self._max_seq_len, self._batch_size, self._max_gen_toks = max_seq_len, batch_size, max_gen_toks
+        self._generation_batch_size = generation_batch_size or batch_size
         self._dtype = next(model.parameters()).dtype
         self._dp_size = dist.get_world_size() if distributed else 1
         self._dp_rank = dist.get_rank() if distributed else 0
@@ -56,17 +68,27 @@ class TorchtuneLM(TemplateLM):
 
     # -------------------------------------------------------------- sharing over ranks
 
-    def _map_batches(self, items: list, fn, filler) -> list:
-        """``fn`` over ``batch_size`` batches of ``items`` (``(tokens, n)`` pairs), this rank taking
-        every N-th batch; all ranks run the same number of full batches (``filler`` pads them) and
-        get all results, in the order of ``items``."""
-        b, n = self._batch_size, self._dp_size
+    def _log_size(self, kind: str, requests, extra: str = "") -> None:
+        """Before a request type runs: how many requests of which task, and ``extra``."""
+        if self._dp_rank == 0 and requests:
+            tasks = Counter(getattr(r, "task_name", None) or "?" for r in requests)
+            log.info(f"lm-eval {kind}: {len(requests):,} requests ("
+                     + ", ".join(f"{task} {count:,}" for task, count in tasks.items()) + f"){extra}")
+
+    def _map_batches(self, items: list, fn, filler, batch_size: Optional[int] = None, desc: str = "",
+                     disable_tqdm: bool = False) -> list:
+        """``fn`` over batches of ``items`` (``(tokens, n, ...)`` tuples; ``batch_size``, default the
+        scoring one), this rank taking every N-th batch; all ranks run the same number of full
+        batches (``filler`` pads them) and get all results, in the order of ``items``. Rank 0
+        shows a progress bar (``desc``) with an ETA."""
+        b, n = batch_size or self._batch_size, self._dp_size
         # Longest first, so a batch holds similar lengths (little padding) and memory runs out early if at all.
         order = sorted(range(len(items)), key=lambda i: len(items[i][0]), reverse=True)
         batches = [[items[i] for i in order[k : k + b]] for k in range(0, len(order), b)]
         batches += [[] for _ in range(-len(batches) % n)]
         mine = []
-        for batch in batches[self._dp_rank :: n]:
+        for batch in tqdm(batches[self._dp_rank :: n], desc=desc, unit="batch", leave=False,
+                          disable=disable_tqdm or self._dp_rank != 0 or not desc):
             padded = batch + [filler] * (b - len(batch))
             mine.append(fn(padded)[: len(batch)])
         if n == 1:
@@ -102,9 +124,14 @@ class TorchtuneLM(TemplateLM):
                             bool((logprobs.argmax(-1) == targets).all())))
         return results
 
+    def loglikelihood(self, requests, disable_tqdm: bool = False) -> List[Tuple[float, bool]]:
+        self._log_size("loglikelihood", requests)
+        return super().loglikelihood(requests, disable_tqdm=disable_tqdm)
+
     def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kwargs) -> List[Tuple[float, bool]]:
         items = [(context + continuation, len(continuation)) for _, context, continuation in requests]
-        return self._map_batches(items, self._score, filler=([self.eot_token_id] * 2, 1))
+        return self._map_batches(items, self._score, filler=([self.eot_token_id] * 2, 1), desc="loglikelihood",
+                                 disable_tqdm=disable_tqdm)
 
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> List[float]:
         windows, owner = [], []
@@ -114,7 +141,9 @@ class TorchtuneLM(TemplateLM):
                     max_seq_len=self._max_seq_len, context_len=1)):
                 windows.append((context + continuation, len(continuation)))
                 owner.append(k)
-        scores = self._map_batches(windows, self._score, filler=([self.eot_token_id] * 2, 1))
+        self._log_size("loglikelihood_rolling", requests, f", {len(windows):,} windows")
+        scores = self._map_batches(windows, self._score, filler=([self.eot_token_id] * 2, 1),
+                                   desc="loglikelihood_rolling", disable_tqdm=disable_tqdm)
         totals = [0.0] * len(requests)
         for k, (logprob, _) in zip(owner, scores):
             totals[k] += logprob
@@ -122,12 +151,31 @@ class TorchtuneLM(TemplateLM):
 
     # -------------------------------------------------------------- generation
 
+    def _stopped(self, ids: List[int], n: int, stops: Sequence[str]) -> bool:
+        """Whether a row whose generated tokens are ``ids`` needs no more: EOS, its ``n`` tokens,
+        or one of its ``stops`` in the text of its last tokens (a stop string of c characters
+        lies within 4c + 2 byte-level tokens)."""
+        if len(ids) >= n or ids[-1] == self.eot_token_id:
+            return True
+        window = 4 * max((len(stop) for stop in stops), default=0) + 2
+        text = self.tok_decode(ids[-window:]) if stops else ""
+        return any(stop and stop in text for stop in stops)
+
+    def _all_ranks_done(self, done: bool) -> bool:
+        """Alone, whether this batch is done; sharded, whether every rank's is (every forward of
+        a sharded model gathers weights, so the ranks stop at the same step)."""
+        if self._dp_size == 1:
+            return done
+        left = torch.tensor([0 if done else 1], device=self._device)
+        dist.all_reduce(left)
+        return int(left.item()) == 0
+
     @torch.no_grad()
-    def _generate(self, batch: List[Tuple[List[int], int]], max_new: int) -> List[List[int]]:
-        """Greedy continuations of left-padded prompts, at most ``max_new`` tokens. Alone, a batch
-        stops once every row has ended; the ranks of a sharded model must stay in step (every
-        forward gathers weights), so they run all ``max_new`` steps."""
-        prompts = [p[-(self._max_seq_len - max_new) :] for p, _ in batch]
+    def _generate(self, batch: List[Tuple[List[int], int, Sequence[str]]], max_new: int) -> List[List[int]]:
+        """Greedy continuations of left-padded prompts ``(prompt, n, stops)``: each row generates
+        until ``_stopped``, at most ``max_new`` tokens; the batch stops when every row has. A row's
+        tokens are those an unstopped loop would give, up to where it stopped."""
+        prompts = [p[-(self._max_seq_len - max_new) :] for p, *_ in batch]
         width = max(len(p) for p in prompts)
         pad = self._tokenizer.pad_id
         tokens = torch.full((len(prompts), width), pad, dtype=torch.long)
@@ -138,20 +186,22 @@ class TorchtuneLM(TemplateLM):
         padding = F.pad(tokens != pad, (0, max_new), value=True)
         masks = get_causal_mask_from_padding_mask(padding, target_seq_len=width + max_new).to(self._device)
         positions = get_position_ids_from_padding_mask(padding).to(self._device)
-        x, generated = tokens.to(self._device), []
-        ended = torch.zeros(len(prompts), dtype=torch.bool, device=self._device)
+        x = tokens.to(self._device)
+        generated: List[List[int]] = [[] for _ in batch]
+        stopped = [False] * len(batch)
         with local_kv_cache(self._model, batch_size=len(prompts), device=self._device, dtype=self._dtype,
                             decoder_max_seq_len=width + max_new):
             for step in range(max_new):
                 now = slice(0, width) if step == 0 else slice(width + step - 1, width + step)
                 logits = self._model(x, input_pos=positions[:, now], mask=masks[:, now])
                 x = (logits[-1] if isinstance(logits, list) else logits)[:, -1].argmax(-1, keepdim=True)
-                generated.append(x)
-                ended |= x[:, 0] == self.eot_token_id
-                if self._dp_size == 1 and bool(ended.all()):
+                for r, token in enumerate(x[:, 0].tolist()):
+                    if not stopped[r]:
+                        generated[r].append(token)
+                        stopped[r] = self._stopped(generated[r], batch[r][1], batch[r][2])
+                if self._all_ranks_done(all(stopped)):
                     break
-        out = torch.cat(generated, dim=1).cpu()
-        return [row[:n].tolist() for row, (_, n) in zip(out, batch)]
+        return generated
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> List[str]:
         items, stops = [], []
@@ -163,13 +213,15 @@ class TorchtuneLM(TemplateLM):
         if too_long:
             raise ValueError(f"tasks ask for max_gen_toks={too_long}, which leaves no room for a prompt in "
                              f"evaluation.lm_eval.max_seq_len={self._max_seq_len}")
+        self._log_size("generate_until", requests, f", at most {sum(n for _, n in items):,} new tokens")
         # lm-eval sends every task's requests at once: generate each max_gen_toks apart, so a
         # short-answer task does not run as many steps as the longest one.
         outputs = [None] * len(items)
         for max_new in sorted({n for _, n in items}):
             group = [k for k, (_, n) in enumerate(items) if n == max_new]
-            done = self._map_batches([items[k] for k in group], lambda batch: self._generate(batch, max_new),
-                                     filler=([self.eot_token_id], 1))
+            done = self._map_batches([(*items[k], stops[k]) for k in group], lambda batch: self._generate(batch, max_new),
+                                     filler=([self.eot_token_id], 1, []), batch_size=self._generation_batch_size,
+                                     desc=f"generate_until (max_gen_toks {max_new})", disable_tqdm=disable_tqdm)
             for k, ids in zip(group, done):
                 outputs[k] = ids
         texts = []

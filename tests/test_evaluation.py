@@ -95,6 +95,60 @@ def test_generate_until_is_greedy_and_stops_at_the_stop_sequence(tiny):
         lm.generate_until([Instance("generate_until", {}, (prompts[0], {"until": [], "max_gen_toks": 128}), 0)])
 
 
+class EosIs:
+    """The tiny tokenizer with another token as EOS: the random model never emits its own."""
+
+    def __init__(self, tokenizer, eos_id: int) -> None:
+        self._tokenizer, self.eos_id = tokenizer, eos_id
+
+    def __getattr__(self, name):
+        return getattr(self._tokenizer, name)
+
+
+def greedy_without_cache(model, ids: list, n: int) -> list:
+    """n greedy tokens after ``ids``, a full forward each: what generation must match."""
+    ids = list(ids)
+    with torch.no_grad():
+        for _ in range(n):
+            ids.append(int(model(torch.tensor([ids]))[0, -1].argmax()))
+    return ids[-n:]
+
+
+def test_each_row_stops_at_its_stop_string_or_eos_as_it_generates(tiny, caplog):
+    """Left-padded rows of one batch: one cut by a stop string, one by EOS, one runs to
+    max_gen_toks. Every text is what a full greedy run cut afterwards gives, and the batch
+    stops once its last row has (counted forwards), not at max_gen_toks for every row."""
+    model, tokenizer = tiny
+    prompts, n = ["def main():", "import", "x = [1, 2"], 12
+    reference = [greedy_without_cache(model, tokenizer.encode(p, add_bos=False, add_eos=False), n) for p in prompts]
+    texts = [tokenizer.decode(ids) for ids in reference]
+    stop = texts[0][3:5]  # row 0 stops at (or before) its 5th character
+    eos = reference[1][4]  # row 1 stops at (or before) its 5th token
+    assert stop and eos not in reference[0][:5] and eos not in reference[2]
+    lm = TorchtuneLM(model, EosIs(tokenizer, eos), torch.device("cpu"), max_seq_len=128, batch_size=1,
+                     generation_batch_size=3)
+    forwards = []
+    caplog.set_level("INFO")
+    hook = model.register_forward_hook(lambda *args: forwards.append(1))
+    try:
+        got = lm.generate_until([Instance("generate_until", {}, (p, {"until": until, "max_gen_toks": n}), i)
+                                 for i, (p, until) in enumerate(zip(prompts, [[stop], ["never in it"], []]))])
+        assert len(forwards) == n  # row 2 runs to the end: one batch of 3 (generation_batch_size), n forwards
+        forwards.clear()
+        early = lm.generate_until([Instance("generate_until", {}, (p, {"until": until, "max_gen_toks": n}), i)
+                                   for i, (p, until) in enumerate(zip(prompts[:2], [[stop], []]))])
+    finally:
+        hook.remove()
+    cut_at_eos = tokenizer.decode(reference[1][: reference[1].index(eos)])
+    assert got == [texts[0].split(stop)[0], cut_at_eos, texts[2]]
+    assert early == got[:2]
+    # Before it runs, the evaluation says its size.
+    assert "lm-eval generate_until: 3 requests (? 3), at most 36 new tokens" in caplog.text
+    # One forward a token, until the later of: row 0's text holds the stop, row 1 has emitted EOS.
+    row0 = next(k for k in range(1, n + 1) if stop in tokenizer.decode(reference[0][:k]))
+    assert len(forwards) == max(row0, reference[1].index(eos) + 1) < n
+
+
 def test_the_local_humaneval_task_runs_offline(tiny, monkeypatch):
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -200,8 +254,8 @@ def _generate_on_rank(rank: int, init_file: str, model_args: dict, assets: str, 
         model.tok_embeddings.weight.mul_(20)  # as the ``tiny`` fixture does
     tokenizer = qwen3_tokenizer(f"{assets}/qwen3/vocab.json", f"{assets}/qwen3/merges.txt", f"{assets}/qwen3/tokenizer.json")
     lm = TorchtuneLM(model, tokenizer, torch.device("cpu"), max_seq_len=128, batch_size=2, distributed=True)
-    texts = lm.generate_until([Instance("generate_until", {}, (p, {"until": [], "max_gen_toks": n}), i)
-                               for i, (p, n) in enumerate(prompts)])
+    texts = lm.generate_until([Instance("generate_until", {}, (p, {"until": until, "max_gen_toks": n}), i)
+                               for i, (p, n, until) in enumerate(prompts)])
     if rank == 0:
         with open(out_file, "w") as f:
             json.dump(texts, f)
@@ -213,11 +267,16 @@ def test_two_processes_generate_what_one_does(tiny, tiny_assets, make_tiny_asset
 
     model, tokenizer = tiny
     # 5 requests, two lengths: batches of 2 do not divide evenly over 2 ranks, so filler rows run.
-    prompts = [("def main():", 4), ("import", 7), ("return", 4), ("x = ", 7), ("for i in", 4)]
+    # Some rows end early at a stop string, so the ranks' batches would stop at different steps.
+    prompts = [("def main():", 4, []), ("import", 7, []), ("return", 4, []), ("x = ", 7, []), ("for i in", 4, [])]
+    lm = TorchtuneLM(model, tokenizer, torch.device("cpu"), max_seq_len=128, batch_size=2)
+    full = lm.generate_until([Instance("generate_until", {}, (p, {"until": [], "max_gen_toks": n}), i)
+                              for i, (p, n, _) in enumerate(prompts)])
+    prompts = [(p, n, [text[1:3]] if k in (1, 2) else []) for k, ((p, n, _), text) in enumerate(zip(prompts, full))]
     mp.spawn(_generate_on_rank, nprocs=2, args=(str(tmp_path / "init"), make_tiny_assets.TINY_QWEN3, str(tiny_assets),
                                                 prompts, str(tmp_path / "out.json")))
-    lm = TorchtuneLM(model, tokenizer, torch.device("cpu"), max_seq_len=128, batch_size=2)
-    expected = lm.generate_until([Instance("generate_until", {}, (p, {"until": [], "max_gen_toks": n}), i)
-                                  for i, (p, n) in enumerate(prompts)])
+    expected = lm.generate_until([Instance("generate_until", {}, (p, {"until": until, "max_gen_toks": n}), i)
+                                  for i, (p, n, until) in enumerate(prompts)])
+    assert expected[1] == full[1].split(full[1][1:3])[0] and expected[0] == full[0]
     assert json.loads((tmp_path / "out.json").read_text()) == expected
     assert len(set(expected)) == len(expected)  # distinct answers: a mix-up of requests would show
