@@ -18,7 +18,7 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import Dict, Iterator, List, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -38,6 +38,18 @@ def bucket_thresholds(entropy: SampleStore) -> Tuple[float, float]:
     values = np.concatenate([entropy[i].astype(np.float32) for i in range(len(entropy))])
     values = values[~np.isnan(values)]
     return float(np.quantile(values, LOW_FRACTION)), float(np.quantile(values, 1 - HIGH_FRACTION))
+
+
+def open_validation(tokens_dir: Optional[str], entropy_dir: Optional[str]) -> Optional[Tuple[SampleStore, SampleStore]]:
+    """The held-out token store and its entropy cache (None when ``tokens_dir`` is null), checked
+    before any model loads: the cache was computed on these samples (``check_join``) and the
+    token files hold the ids they were written with (``SampleStore.check_tokens``)."""
+    if not tokens_dir:
+        return None
+    tokens, entropy = SampleStore(tokens_dir, "tokens"), SampleStore(entropy_dir, "entropy")
+    check_join(tokens, entropy)
+    tokens.check_tokens()
+    return tokens, entropy
 
 
 def validation_batches(tokens: SampleStore, entropy: SampleStore, seq_len: int, batch_size: int,

@@ -315,6 +315,16 @@ def pack_rows(rows: List[List[Tuple[int, int]]], seq_len: int,
     }
 
 
+def describe_budget(budget: Budget, stream: "MixedPackedStream", probe_steps: int = 100) -> str:
+    """The budget line a run logs: ``budget.describe()`` in token slots, and the target epochs
+    the logs will show, from laying out the first ``probe_steps`` steps (packing whole samples
+    leaves padding, so token slots overcount the epochs)."""
+    probe = min(budget.num_steps, probe_steps)
+    epochs = stream.epochs_after(probe) * budget.num_steps / probe
+    return (f"budget: {budget.describe()}; {epochs:.2f} target epochs as the rows pack (laid out for the "
+            f"first {probe} steps); empty samples skipped: {stream.num_empty}")
+
+
 def build_loader(target_tokens_dir: str, target_entropy_dir: Optional[str], general_tokens_dir: str, seq_len: int,
                  global_batch_size: int, target_ratio: float, seed: int, rank: int = 0,
                  world_size: int = 1) -> Loader:

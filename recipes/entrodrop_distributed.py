@@ -24,6 +24,7 @@ import sys
 import time
 from functools import partial
 from pathlib import Path
+
 import torch
 import torch.distributed as dist
 from omegaconf import DictConfig
@@ -34,8 +35,8 @@ from tqdm import tqdm
 from entrodrop import schemas
 from entrodrop.checkpointing import HFCheckpointer, latest_checkpoint
 from entrodrop.config_check import plain
-from entrodrop.evaluation import Evaluator, record_evaluation, task_index
-from entrodrop.loader import block_causal_mask, build_loader, check_join, plan_budget
+from entrodrop.evaluation import Evaluator, open_validation, record_evaluation, task_index
+from entrodrop.loader import block_causal_mask, build_loader, describe_budget, plan_budget
 from entrodrop.method import (
     EmbeddingHook,
     TokenDropout,
@@ -53,7 +54,6 @@ from entrodrop.run_dir import (
     refuse_earlier_run,
     resume_state,
 )
-from entrodrop.sample_store import SampleStore
 
 log = utils.get_logger("INFO")
 
@@ -148,7 +148,7 @@ class EntroDropRecipeDistributed:
             dist.barrier()
             return None, None
         num_steps = cfg.total_tokens // (cfg.global_batch_size * cfg.data.seq_len)
-        return resume_state(checkpoints, plain(cfg), num_steps, schemas.MAY_CHANGE_ON_RESUME)
+        return resume_state(checkpoints, self._config, num_steps, schemas.MAY_CHANGE_ON_RESUME)
 
     def _setup_tasks(self, cfg: DictConfig) -> None:
         """lm-eval's task index, and every problem with the configured tasks."""
@@ -166,19 +166,11 @@ class EntroDropRecipeDistributed:
                                     cfg.data.seq_len, cfg.global_batch_size, cfg.data.target_ratio, self._seed,
                                     self._rank, self._world_size)
         v = cfg.evaluation.validation
-        self._validation = None
-        if v.target_tokens:
-            self._validation = (SampleStore(v.target_tokens, "tokens"), SampleStore(v.target_entropy, "entropy"))
-            check_join(*self._validation)
-            self._validation[0].check_tokens()
+        self._validation = open_validation(v.target_tokens, v.target_entropy)
         stream = self._loader.root
         budget = plan_budget(cfg.total_tokens, cfg.global_batch_size, cfg.data.seq_len, cfg.data.target_ratio,
                              stream.target_tokens, stream.general_tokens)
-        # The epochs the logs will show: packing whole samples leaves padding, so token slots overcount.
-        probe = min(budget.num_steps, 100)
-        epochs = stream.epochs_after(probe) * budget.num_steps / probe
-        utils.log_rank_zero(log, f"budget: {budget.describe()}; {epochs:.2f} target epochs as the rows pack (laid out for the "
-                 f"first {probe} steps); empty samples skipped: {stream.num_empty}")
+        utils.log_rank_zero(log, describe_budget(budget, stream))
         self._num_steps = budget.num_steps
 
     def _setup_model(self, cfg: DictConfig, model_sd: dict, hf_config: dict, config_path: str) -> torch.nn.Module:

@@ -153,7 +153,7 @@ def main() -> None:
         agree = sum(a == h for a, h in zip(generated, hf_texts)) / b
         rows[-3] = rows[-3] + (agree,)
 
-    print(f"\n| what | batch | new tokens | seconds | new tokens/s | agree with transformers |")
+    print("\n| what | batch | new tokens | seconds | new tokens/s | agree with transformers |")
     print("|---|---|---|---|---|---|")
     for what, b, tokens, seconds, *agree in rows:
         print(f"| {what} | {b} | {tokens} | {seconds:.2f} | {tokens / seconds:,.0f} | "
