@@ -27,6 +27,9 @@ StateDict = Dict[str, torch.Tensor]
 INDEX_FNAME = "model.safetensors.index.json"
 SINGLE_FNAME = "model.safetensors"
 RECIPE_STATE_FNAME = "recipe_state.pt"
+# Where in training a checkpoint was saved ({"step": N, "target_epoch": x}): small, and kept when
+# pruning deletes the training state, so an offline evaluation can place every checkpoint.
+PROGRESS_FNAME = "progress.json"
 # Weight files are rewritten on save; every other file of the source directory
 # (config.json, tokenizer files, generation_config.json...) is copied along.
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
@@ -138,7 +141,8 @@ class HFCheckpointer:
         return {"model": self._hf_to_tune(merged, self.config)}
 
     def save_checkpoint(self, state_dict: Dict[str, StateDict], name: str,
-                        recipe_state: Optional[Dict[str, object]] = None) -> Path:
+                        recipe_state: Optional[Dict[str, object]] = None,
+                        progress: Optional[Dict[str, float]] = None) -> Path:
         """Write ``state_dict["model"]`` as a Hugging Face directory ``output_dir/name``.
 
         The directory is built under a temporary name and renamed into place, so a reader
@@ -146,7 +150,8 @@ class HFCheckpointer:
         one is complete. Non-weight files of the source directory (``config.json``,
         tokenizer files) are copied along, so the result loads in transformers as is.
         ``recipe_state`` (optimizer, loader, step...) goes into the same directory as
-        ``recipe_state.pt``, so weights and training state are saved together or not at all.
+        ``recipe_state.pt``, so weights and training state are saved together or not at all;
+        ``progress`` (step, target epoch) goes into ``progress.json``.
 
         Returns:
             Path: the written directory.
@@ -161,7 +166,8 @@ class HFCheckpointer:
         tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=self.output_dir))
         try:
             for src in self._checkpoint_dir.iterdir():
-                if src.is_file() and src.suffix not in _WEIGHT_SUFFIXES and src.name != INDEX_FNAME:
+                if (src.is_file() and src.suffix not in _WEIGHT_SUFFIXES
+                        and src.name not in (INDEX_FNAME, RECIPE_STATE_FNAME, PROGRESS_FNAME)):
                     shutil.copy2(src, tmp / src.name)
             if len(shards) == 1:
                 save_file(next(iter(shards.values())), tmp / SINGLE_FNAME, metadata={"format": "pt"})
@@ -179,6 +185,8 @@ class HFCheckpointer:
                 (tmp / INDEX_FNAME).write_text(json.dumps(index, indent=2))
             if recipe_state is not None:
                 torch.save(recipe_state, tmp / RECIPE_STATE_FNAME)
+            if progress is not None:
+                (tmp / PROGRESS_FNAME).write_text(json.dumps(progress))
             _replace_dir(tmp, final)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -5,7 +5,8 @@ A run writes checkpoints (``step_<N>``), logs and evaluations (``eval/evals.json
 some checkpoints, keep others, and append to the evaluations, so ``earlier_run`` lists what
 is there and the recipes refuse to start over it unless told to resume or to move it aside
 (``move_aside``). ``prune_checkpoints`` keeps the disk bounded: the newest N checkpoints and
-the best one.
+the best one, and optionally the weights of the others, for an offline evaluation
+(``recipes/evaluate.py``) to score: ``scorable_checkpoints`` lists them.
 """
 
 import json
@@ -17,7 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from entrodrop.checkpointing import RECIPE_STATE_FNAME, latest_checkpoint
+from entrodrop.checkpointing import PROGRESS_FNAME, RECIPE_STATE_FNAME, find_weight_files, latest_checkpoint
 from entrodrop.config_check import ConfigError, differences
 
 
@@ -109,22 +110,79 @@ def best_checkpoint(eval_dir: str) -> Optional[str]:
     return Path(best["path"]).name if best else None
 
 
-def prune_checkpoints(checkpoint_dir: str, keep_last_n: Optional[int], keep: Optional[str] = None) -> List[Path]:
+def prune_checkpoints(checkpoint_dir: str, keep_last_n: Optional[int], keep: Optional[str] = None,
+                      keep_weights: bool = False) -> List[Path]:
     """Delete all but the newest ``keep_last_n`` checkpoints and the one named ``keep`` (the
-    best); ``keep_last_n=None`` deletes nothing. Returns what was deleted.
+    best); ``keep_last_n=None`` deletes nothing. With ``keep_weights`` only their training state
+    (``recipe_state.pt``: the optimizer, two thirds of a checkpoint with AdamW) is deleted and the
+    weights stay for ``scorable_checkpoints``. Returns what was pruned.
 
-    Each goes in two moves: a rename to a hidden name (so a run killed while deleting never
-    leaves a ``step_<N>`` that looks whole), then the removal.
+    A whole checkpoint goes in two moves: a rename to a hidden name (so a run killed while
+    deleting never leaves a ``step_<N>`` that looks whole), then the removal.
     """
     if keep_last_n is None:
         return []
     steps = _steps(Path(checkpoint_dir))
     kept = {p.name for p in steps[-keep_last_n:]} | {keep}
-    deleted = []
+    pruned = []
     for step in steps:
-        if step.name not in kept:
+        if step.name in kept:
+            continue
+        if keep_weights:
+            (step / RECIPE_STATE_FNAME).unlink()  # the weights stay whole: nothing to hide
+        else:
             doomed = step.with_name(f".{step.name}.deleting")
             os.replace(step, doomed)
             shutil.rmtree(doomed)
-            deleted.append(step)
-    return deleted
+        pruned.append(step)
+    return pruned
+
+
+def _incomplete(checkpoint: Path) -> Optional[str]:
+    """Why ``checkpoint`` cannot be loaded (no config.json, a weight file missing), or None."""
+    if not (checkpoint / "config.json").is_file():
+        return "no config.json"
+    try:
+        missing = [f for f in find_weight_files(checkpoint) if not (checkpoint / f).is_file()]
+    except FileNotFoundError:
+        return "no weight file (model.safetensors or an index)"
+    return f"weight files missing: {missing}" if missing else None
+
+
+def scorable_checkpoints(path: str) -> List[Path]:
+    """The checkpoints an offline evaluation scores: ``path`` itself when it is a Hugging Face
+    directory (it holds config.json), else its ``step_<N>`` directories, oldest first, whether
+    whole or pruned to their weights. Saves are atomic, so an incomplete ``step_<N>`` was made
+    by hand (a partial copy): every one is named in one error, before anything is scored.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist, or holds neither config.json nor ``step_<N>``.
+        ValueError: some ``step_<N>`` lacks config.json or a weight file.
+    """
+    root = Path(path)
+    if not root.is_dir():
+        raise FileNotFoundError(f"checkpoints={path} does not exist")
+    if (root / "config.json").is_file():
+        found = [root]
+    else:
+        found = sorted((p for p in root.glob("step_*") if p.is_dir() and p.name[5:].isdigit()),
+                       key=lambda p: int(p.name[5:]))
+        if not found:
+            raise FileNotFoundError(f"checkpoints={path} holds neither a Hugging Face checkpoint (config.json) "
+                                    "nor step_<N> checkpoints of a run")
+    broken = [f"{p}: {why}" for p in found for why in [_incomplete(p)] if why]
+    if broken:
+        raise ValueError(f"checkpoints={path}: {len(broken)} incomplete checkpoint{'s' * (len(broken) > 1)}, so "
+                         "nothing was scored:\n  " + "\n  ".join(broken) + "\nMove them out of the way (or point "
+                         "checkpoints at one complete checkpoint directory) and run again")
+    return found
+
+
+def checkpoint_progress(checkpoint: Path) -> Dict[str, Any]:
+    """``{"step": N, "target_epoch": x}`` where a run saved ``checkpoint`` (its progress.json);
+    the step from its name alone for older checkpoints, and Nones outside a run."""
+    saved = checkpoint / PROGRESS_FNAME
+    if saved.is_file():
+        return json.loads(saved.read_text())
+    name = checkpoint.name
+    return {"step": int(name[5:]) if name.startswith("step_") and name[5:].isdigit() else None, "target_epoch": None}

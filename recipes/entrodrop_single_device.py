@@ -73,6 +73,7 @@ class EntroDropRecipeSingleDevice:
         self._clip_grad_norm = cfg.clip_grad_norm
         self._save_every = cfg.save_every_n_steps
         self._keep_last_n = cfg.keep_last_n_checkpoints
+        self._keep_pruned_weights = cfg.keep_pruned_weights
         self._log_every = cfg.log_every_n_steps
         self._neftune_alpha = cfg.neftune_alpha
         self._eval_every = cfg.evaluation.every_n_steps
@@ -221,7 +222,7 @@ class EntroDropRecipeSingleDevice:
                 (self._eval_every and self._step % self._eval_every == 0) or self._step == self._num_steps
                 or (epoch_ended and self._eval_at_epoch_end))
             if self._step % self._save_every == 0 or epoch_ended or evaluate or self._step == self._num_steps:
-                checkpoint = self.save_checkpoint()
+                checkpoint = self.save_checkpoint(epoch)
             if evaluate:
                 self._evaluate(epoch, str(checkpoint))
         progress.close()
@@ -255,18 +256,21 @@ class EntroDropRecipeSingleDevice:
         self._metric_logger.log_dict(flat, step=self._step)
         log.info(f"evaluation at step {self._step} (epoch {target_epoch:.2f}): {flat}; best: {summary.get('best_checkpoint')}")
 
-    def save_checkpoint(self) -> Path:
+    def save_checkpoint(self, target_epoch: float) -> Path:
         state = {
             "step": self._step, "seed": self._seed, "e_bar": self._e_bar.cpu(),
             "optimizer": self._optimizer.state_dict(), "lr_scheduler": self._lr_scheduler.state_dict(),
             "loader": self._loader.state_dict(), "rng": torch.get_rng_state(), "config": self._config,
         }
-        path = self._checkpointer.save_checkpoint({"model": self._model.state_dict()}, f"step_{self._step}", state)
+        path = self._checkpointer.save_checkpoint({"model": self._model.state_dict()}, f"step_{self._step}", state,
+                                                   {"step": self._step, "target_epoch": target_epoch})
         log.info(f"checkpoint: {path}")
         # The newest checkpoints and the best so far stay; a new best comes from a later evaluation.
         for old in prune_checkpoints(self._checkpointer.output_dir, self._keep_last_n,
-                                     keep=best_checkpoint(self._output_dir / "eval")):
-            log.info(f"keep_last_n_checkpoints={self._keep_last_n}: deleted {old}")
+                                     keep=best_checkpoint(self._output_dir / "eval"),
+                                     keep_weights=self._keep_pruned_weights):
+            log.info(f"keep_last_n_checkpoints={self._keep_last_n}: pruned {old}"
+                     + (" to its weights" if self._keep_pruned_weights else ""))
         return path
 
     def cleanup(self) -> None:

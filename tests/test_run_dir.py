@@ -3,8 +3,17 @@
 import json
 from pathlib import Path
 
-from entrodrop.checkpointing import RECIPE_STATE_FNAME
-from entrodrop.run_dir import best_checkpoint, earlier_run, move_aside, prune_checkpoints
+import pytest
+
+from entrodrop.checkpointing import PROGRESS_FNAME, RECIPE_STATE_FNAME
+from entrodrop.run_dir import (
+    best_checkpoint,
+    checkpoint_progress,
+    earlier_run,
+    move_aside,
+    prune_checkpoints,
+    scorable_checkpoints,
+)
 
 
 def make_checkpoints(root: Path, steps) -> Path:
@@ -53,3 +62,47 @@ def test_pruning_keeps_the_newest_and_the_best(tmp_path):
     assert prune_checkpoints(str(root), None) == []
     assert prune_checkpoints(str(root), 1) == [root / "step_4", root / "step_8"]  # no best: only the newest
     assert best_checkpoint(tmp_path / "nothing") is None
+
+
+def test_pruning_can_keep_the_weights_for_an_offline_evaluation(tmp_path):
+    root = make_checkpoints(tmp_path / "checkpoints", [2, 4, 6])
+    for step in (2, 4, 6):
+        (root / f"step_{step}" / "config.json").write_text("{}")
+        (root / f"step_{step}" / "model.safetensors").write_bytes(b"weights")
+    assert prune_checkpoints(str(root), 1, keep_weights=True) == [root / "step_2", root / "step_4"]
+    assert [sorted(p.name for p in d.iterdir()) for d in sorted(root.iterdir())] == [
+        ["config.json", "model.safetensors"], ["config.json", "model.safetensors"],
+        ["config.json", "model.safetensors", RECIPE_STATE_FNAME]]
+    assert prune_checkpoints(str(root), 1, keep_weights=True) == []  # nothing left to prune
+    # all three are scored offline, in step order; training resumes only from the whole one
+    assert scorable_checkpoints(str(root)) == [root / "step_2", root / "step_4", root / "step_6"]
+    assert earlier_run(root, tmp_path / "logs", tmp_path / "eval") == [f"{root}: 1 checkpoint (step_6)"]
+
+
+def test_scorable_checkpoints_name_every_incomplete_one(tmp_path):
+    root = tmp_path / "checkpoints"
+    for step in (3, 12, 7):
+        (root / f"step_{step}").mkdir(parents=True)
+        (root / f"step_{step}" / "config.json").write_text("{}")
+        (root / f"step_{step}" / "model.safetensors").write_bytes(b"w")
+    (root / ".step_20.tmp-x").mkdir()  # a save in progress is not a checkpoint
+    assert [p.name for p in scorable_checkpoints(str(root))] == ["step_3", "step_7", "step_12"]
+    assert scorable_checkpoints(str(root / "step_7")) == [root / "step_7"]  # one Hugging Face directory
+    (root / "step_7" / "config.json").unlink()
+    (root / "step_12" / "model.safetensors").unlink()
+    with pytest.raises(ValueError, match="2 incomplete checkpoints") as error:
+        scorable_checkpoints(str(root))
+    assert f"{root / 'step_7'}: no config.json" in str(error.value)
+    assert f"{root / 'step_12'}: no weight file" in str(error.value)
+    with pytest.raises(FileNotFoundError, match="holds neither"):
+        scorable_checkpoints(str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        scorable_checkpoints(str(tmp_path / "nowhere"))
+
+
+def test_a_checkpoint_says_where_in_training_it_was_saved(tmp_path):
+    (tmp_path / "step_14").mkdir()
+    assert checkpoint_progress(tmp_path / "step_14") == {"step": 14, "target_epoch": None}  # an older checkpoint
+    (tmp_path / "step_14" / PROGRESS_FNAME).write_text(json.dumps({"step": 14, "target_epoch": 1.02}))
+    assert checkpoint_progress(tmp_path / "step_14") == {"step": 14, "target_epoch": 1.02}
+    assert checkpoint_progress(tmp_path) == {"step": None, "target_epoch": None}
