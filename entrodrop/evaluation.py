@@ -131,18 +131,44 @@ def group_scores(results: Dict[str, Dict], groups: Dict[str, List[str]]) -> Dict
     return {group: sum(task_score(results[t]) for t in tasks) / len(tasks) for group, tasks in groups.items() if tasks}
 
 
+def read_evaluations(eval_dir) -> List[Dict]:
+    """The records of ``eval_dir/evals.jsonl``, oldest first (none when it does not exist)."""
+    path = Path(eval_dir) / "evals.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def most_complete(records: List[Dict], target_group: str) -> List[Dict]:
+    """The records with a ``target_group`` score measured on the most documents per task: every
+    document (``limit`` null) outranks a subset, a larger limit a smaller one. A run's cheap
+    in-training scores (a ``limit``ed subset) and its offline scores of the full suite land in
+    the same file; only scores measured alike are compared."""
+    scored = [r for r in records if target_group in r.get("groups", {})]
+    size = lambda r: math.inf if r.get("limit") is None else r["limit"]  # noqa: E731
+    largest = max(map(size, scored), default=None)
+    return [r for r in scored if size(r) == largest]
+
+
+def already_scored(records: List[Dict], checkpoint: str, tasks: List[str], limit: Optional[int],
+                   validation: bool) -> bool:
+    """Whether a record of ``checkpoint`` (by directory name, so a moved run still matches) holds
+    every task of ``tasks`` with the same ``limit``, and the validation loss when ``validation``."""
+    name = Path(checkpoint).name
+    return any(Path(r["checkpoint"]).name == name and set(tasks) <= set(r.get("tasks", {}))
+               and r.get("limit") == limit and (not validation or "val_loss" in r) for r in records)
+
+
 def record_evaluation(eval_dir, record: Dict, target_group: str) -> Dict:
     """Append one evaluation to ``evals.jsonl`` and rewrite ``summary.json``: the best checkpoint
-    by ``target_group`` average (by validation loss when no task ran), the best epoch and the
-    minimum validation loss so far."""
+    by ``target_group`` average among the most complete scores (``most_complete``; by validation
+    loss when no task ran), the best epoch and the minimum validation loss so far."""
     eval_dir = Path(eval_dir)
     eval_dir.mkdir(parents=True, exist_ok=True)
     with (eval_dir / "evals.jsonl").open("a") as f:
         f.write(json.dumps(record) + "\n")
-    records = [json.loads(line) for line in (eval_dir / "evals.jsonl").read_text().splitlines()]
+    records = read_evaluations(eval_dir)
     summary: Dict = {"evaluations": len(records)}
     with_loss = [r for r in records if "val_loss" in r]
-    scored = [r for r in records if target_group in r.get("groups", {})]
+    scored = most_complete(records, target_group)
     if with_loss:
         lowest = best_epoch(with_loss)
         summary.update(best_epoch=lowest["target_epoch"], best_epoch_step=lowest["step"],
@@ -153,6 +179,8 @@ def record_evaluation(eval_dir, record: Dict, target_group: str) -> Dict:
                      else ("validation loss", best["val_loss"]["all"]))
         summary["best_checkpoint"] = {"by": by, "score": score, "step": best["step"],
                                       "target_epoch": best["target_epoch"], "path": best["checkpoint"]}
+        if scored:
+            summary["best_checkpoint"]["limit"] = best.get("limit")
     partial = eval_dir / "summary.json.partial"  # replaced whole, never left half-written
     partial.write_text(json.dumps(summary, indent=2))
     partial.replace(eval_dir / "summary.json")
@@ -227,7 +255,8 @@ class Evaluator:
             its entropy cache, or None.
         seq_len (int): row length for validation.
         batch_size (int): validation rows per forward.
-        lm: a ``TorchtuneLM`` around ``model``, or None for no tasks.
+        lm: an lm-eval model (a ``TorchtuneLM`` around ``model``), or None for no tasks. It is
+            the attribute ``lm``: an offline evaluation with another backend sets it per checkpoint.
         task_groups (Dict[str, List[str]]): lm-eval tasks by group.
         target_group (str): the group whose average picks the best checkpoint.
         task_manager: lm-eval's ``TaskManager`` (with the local task directory).
@@ -238,7 +267,7 @@ class Evaluator:
 
     def __init__(self, model, device, validation, seq_len: int, batch_size: int, lm, task_groups: Dict[str, List[str]],
                  target_group: str, task_manager, limit, allow_code_execution: bool, rank: int = 0, world_size: int = 1):
-        self._model, self._device, self._lm = model, device, lm
+        self._model, self._device, self.lm = model, device, lm
         self._validation = None
         if validation is not None:
             tokens, entropy = validation
@@ -251,17 +280,19 @@ class Evaluator:
 
     @property
     def enabled(self) -> bool:
-        return bool(self._validation or self._lm)
+        return bool(self._validation or self.lm)
 
     def __call__(self, step: int, target_epoch: float, checkpoint: str) -> Dict:
         """The evaluation record (tasks and groups on rank 0 only, as lm-eval returns them)."""
         record = {"step": step, "target_epoch": target_epoch, "checkpoint": checkpoint}
+        if self.lm:
+            record["limit"] = self._limit
         with torch.random.fork_rng(devices=[self._device] if self._device.type == "cuda" else []):
             if self._validation:
                 tokens, entropy, thresholds = self._validation
                 batches = validation_batches(tokens, entropy, self._seq_len, self._batch_size, self._rank, self._world_size)
                 record["val_loss"] = validation_losses(self._model, batches, thresholds, self._device, self._world_size > 1)
-            if self._lm:
+            if self.lm:
                 import lm_eval
 
                 tasks = [t for ts in self._task_groups.values() for t in ts]
@@ -269,7 +300,7 @@ class Evaluator:
                 # warnings and progress bars: only rank 0 does. Errors still show on every rank.
                 quiet = open(os.devnull, "w") if self._rank else contextlib.nullcontext()
                 with quiet, contextlib.redirect_stderr(quiet if self._rank else sys.stderr):
-                    out = lm_eval.simple_evaluate(model=self._lm, tasks=tasks, task_manager=self._task_manager,
+                    out = lm_eval.simple_evaluate(model=self.lm, tasks=tasks, task_manager=self._task_manager,
                                                   limit=self._limit, confirm_run_unsafe_code=self._allow_code,
                                                   log_samples=False, verbosity="ERROR" if self._rank else "WARNING")
                 if out is not None:  # lm-eval returns the results on local rank 0 only

@@ -13,7 +13,14 @@ from lm_eval.api.instance import Instance
 from lm_eval.tasks import TaskManager
 
 from entrodrop.checkpointing import HFCheckpointer
-from entrodrop.evaluation import bucket_loss_sums, group_scores, record_evaluation, task_score
+from entrodrop.evaluation import (
+    already_scored,
+    bucket_loss_sums,
+    group_scores,
+    most_complete,
+    record_evaluation,
+    task_score,
+)
 from entrodrop.lm_eval_adapter import TorchtuneLM
 from entrodrop.loader import IGNORE_INDEX
 from entrodrop.models.qwen3 import qwen3, qwen3_tokenizer
@@ -212,6 +219,24 @@ def test_summary_picks_the_best_checkpoint_by_the_target_group(tmp_path):
         summary = record_evaluation(tmp_path / "loss_only", {k: v for k, v in record.items() if k != "groups"}, "code")
     assert summary["best_checkpoint"] == {"by": "validation loss", "score": 1.5, "step": 20, "target_epoch": 2.0,
                                           "path": "c20"}
+
+
+def test_scores_on_every_document_outrank_subset_scores(tmp_path):
+    """Training scores a limited subset; the offline evaluation scores everything, into the same file."""
+    subset = [{"step": s, "target_epoch": s / 10, "checkpoint": f"run/step_{s}", "limit": 16,
+               "tasks": {"t": {}}, "groups": {"code": g}} for s, g in [(10, 0.9), (20, 0.3)]]
+    full = [{**r, "limit": None, "groups": {"code": g}} for r, g in zip(subset, [0.4, 0.5])]
+    assert most_complete(subset, "code") == subset
+    assert most_complete(subset + full, "code") == full
+    assert most_complete([{**subset[0], "limit": 64}] + subset, "code") == [{**subset[0], "limit": 64}]
+    for record in subset + full:
+        summary = record_evaluation(tmp_path, record, "code")
+    assert (summary["best_checkpoint"]["step"], summary["best_checkpoint"]["limit"]) == (20, None)
+    assert already_scored(full, "/moved/run/step_20", ["t"], None, validation=False)
+    assert not already_scored(full, "run/step_20", ["t", "u"], None, validation=False)  # another task
+    assert not already_scored(full, "run/step_20", ["t"], 16, validation=False)  # another limit
+    assert not already_scored(full, "run/step_20", ["t"], None, validation=True)  # no validation loss
+    assert not already_scored(full, "run/step_30", ["t"], None, validation=False)
 
 
 def write_fake_run(root, name, gamma_max, val_losses):
