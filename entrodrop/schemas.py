@@ -9,6 +9,7 @@ that no schema names is reported as unknown, with the closest known key.
 valid on their own, so one mistake is not reported twice.
 """
 
+import os
 from pathlib import Path
 from typing import Callable, List, Sequence, Tuple
 
@@ -43,6 +44,19 @@ MODEL = {
     "dtype": one_of(*DTYPES),
     "model": Component(),
     "checkpointer": Component(),
+}
+
+# lm-eval task groups, in training and offline (recipes/evaluate.py).
+LM_EVAL = {
+    "tasks": mapping(list_of_strings()),
+    "target_group": string(),
+    "include_path": optional(string()),
+    "limit": optional(integer(minimum=1)),
+    "batch_size": integer(minimum=1),
+    "generation_batch_size": optional(integer(minimum=1)),
+    "max_seq_len": integer(minimum=1),
+    "max_gen_toks": integer(minimum=1),
+    "allow_code_execution": boolean(),
 }
 
 TRAINING = {
@@ -88,21 +102,13 @@ TRAINING = {
             "target_entropy": optional(ENTROPY_CACHE),
             "batch_size": integer(minimum=1),
         },
-        "lm_eval": {
-            "tasks": mapping(list_of_strings()),
-            "target_group": string(),
-            "include_path": optional(string()),
-            "limit": optional(integer(minimum=1)),
-            "batch_size": integer(minimum=1),
-            "generation_batch_size": optional(integer(minimum=1)),
-            "max_seq_len": integer(minimum=1),
-            "max_gen_toks": integer(minimum=1),
-            "allow_code_execution": boolean(),
-        },
+        "lm_eval": LM_EVAL,
     },
     "save_every_n_steps": integer(minimum=1),
     # null keeps every checkpoint; N keeps the newest N and the best one.
     "keep_last_n_checkpoints": optional(integer(minimum=1)),
+    # True: a pruned checkpoint loses only its training state and keeps its weights.
+    "keep_pruned_weights": boolean(),
     "log_every_n_steps": integer(minimum=1),
     "metric_logger": Component(),
 }
@@ -113,7 +119,7 @@ TRAINING = {
 MAY_CHANGE_ON_RESUME = (
     "output_dir", "checkpointer.output_dir", "resume", "overwrite", "device", "compile",
     "enable_activation_checkpointing", "tokenizer", "evaluation", "save_every_n_steps",
-    "keep_last_n_checkpoints", "log_every_n_steps", "metric_logger",
+    "keep_last_n_checkpoints", "keep_pruned_weights", "log_every_n_steps", "metric_logger",
 )
 
 
@@ -151,6 +157,54 @@ TRAINING_RULES: List[Rule] = [
     (["global_batch_size", "gradient_accumulation_steps"], _batch_split),
     (["data.target_entropy", "token_dropout.schedule", "token_dropout.targeting"], _entropy_needed),
     (["evaluation.validation.target_tokens", "evaluation.validation.target_entropy"], _validation_pair),
+]
+
+# Who runs the lm-eval tasks offline: the project's adapter, or lm-eval's own model classes on
+# the saved Hugging Face directory.
+BACKENDS = ("torchtune", "hf", "vllm")
+
+EVALUATE = {
+    "output_dir": string(),
+    "checkpoints": string(),
+    "eval_dir": string(),
+    "seed": integer(minimum=0),
+    "device": string(),
+    "dtype": one_of(*DTYPES),
+    "backend": one_of(*BACKENDS),
+    "model": Component(),
+    "model_type": one_of("QWEN3", "LLAMA3"),
+    "tokenizer": Component(),
+    "evaluation": {
+        "validation": {
+            "target_tokens": optional(TOKEN_STORE),
+            "target_entropy": optional(ENTROPY_CACHE),
+            "seq_len": integer(minimum=1),
+            "batch_size": integer(minimum=1),
+        },
+        "lm_eval": LM_EVAL,
+    },
+}
+
+
+def _something_to_score(cfg: DictConfig) -> List[str]:
+    ev = cfg.evaluation
+    if ev.validation.target_tokens is None and not any(ev.lm_eval.tasks.values()):
+        return ["evaluation.validation.target_tokens=null and evaluation.lm_eval.tasks are empty: nothing to evaluate"]
+    return []
+
+
+def _one_process_backend(cfg: DictConfig) -> List[str]:
+    processes = int(os.environ.get("WORLD_SIZE", "1"))
+    if cfg.backend != "torchtune" and processes > 1:
+        return [f"backend={cfg.backend} runs in one process, not {processes}: lm-eval's {cfg.backend} model spreads "
+                "over GPUs itself; run tune run without --nproc_per_node, or use backend=torchtune"]
+    return []
+
+
+EVALUATE_RULES: List[Rule] = [
+    (["evaluation.validation.target_tokens", "evaluation.validation.target_entropy"], _validation_pair),
+    (["evaluation.validation.target_tokens", "evaluation.lm_eval.tasks"], _something_to_score),
+    (["backend"], _one_process_backend),
 ]
 
 TOKENIZE = {

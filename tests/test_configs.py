@@ -100,13 +100,15 @@ def made_by(commands: list) -> set:
     return stores
 
 
-TRAINING_CONFIGS = [p for p in CONFIGS if "total_tokens" in OmegaConf.load(p)]
+# Training and offline evaluation configs: what they read comes from the commands in their header.
+READERS = [p for p in CONFIGS if "evaluation" in OmegaConf.load(p)]
 
 
-@pytest.mark.parametrize("path", TRAINING_CONFIGS, ids=lambda p: p.relative_to(REPO / "configs").as_posix())
+@pytest.mark.parametrize("path", READERS, ids=lambda p: p.relative_to(REPO / "configs").as_posix())
 def test_the_header_makes_every_store_the_config_reads(path):
     cfg = OmegaConf.load(path)
-    reads = {cfg.data.target_tokens, cfg.data.target_entropy, cfg.data.general_tokens,
+    data = cfg.get("data", {})
+    reads = {data.get("target_tokens"), data.get("target_entropy"), data.get("general_tokens"),
              cfg.evaluation.validation.target_tokens, cfg.evaluation.validation.target_entropy} - {None}
     commands = header_commands(path)
     launch = [i for i, c in enumerate(commands) if path.relative_to(REPO).as_posix() in c]
@@ -121,7 +123,8 @@ def test_the_tiny_configs_run_from_their_headers_as_written(tiny_assets, tmp_pat
     for name in ("recipes", "configs", "entrodrop", "assets"):
         (tmp_path / name).symlink_to(REPO / name)
     done = []
-    for config in ("configs/tiny/qwen3_entrodrop_single_device.yaml", "configs/tiny/qwen3_entrodrop_distributed.yaml"):
+    for config in ("configs/tiny/qwen3_entrodrop_single_device.yaml", "configs/tiny/qwen3_entrodrop_distributed.yaml",
+                   "configs/tiny/qwen3_evaluate.yaml"):
         for command in header_commands(REPO / config):
             if command in done:
                 continue
@@ -130,7 +133,12 @@ def test_the_tiny_configs_run_from_their_headers_as_written(tiny_assets, tmp_pat
                                     env={**os.environ, "OMP_NUM_THREADS": "1"})
             assert result.returncode == 0, (command, result.stderr[-3000:])
             done.append(command)
-    assert len(done) == 5
+    assert len(done) == 6
     for run in ("tiny_qwen3_entrodrop", "tiny_qwen3_entrodrop_distributed"):
         summary = json.loads((tmp_path / "outputs" / run / "eval" / "summary.json").read_text())
         assert summary["best_checkpoint"]["by"] == "code average"
+    # The offline evaluation scored every checkpoint of the single-device run on every document.
+    evals = [json.loads(line) for line in (tmp_path / "outputs/tiny_qwen3_entrodrop/eval/evals.jsonl").open()]
+    offline = [e for e in evals if e["limit"] is None]
+    steps = sorted(int(p.name[5:]) for p in (tmp_path / "outputs/tiny_qwen3_entrodrop/checkpoints").glob("step_*"))
+    assert [e["step"] for e in offline] == steps

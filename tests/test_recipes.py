@@ -20,23 +20,6 @@ SINGLE = "configs/tiny/qwen3_entrodrop_single_device.yaml"
 DISTRIBUTED = "configs/tiny/qwen3_entrodrop_distributed.yaml"
 
 
-@pytest.fixture(scope="module")
-def data(tiny_assets, tune_run, tmp_path_factory):
-    """Token stores and entropy cache of the tiny corpora, as `make demo` builds them."""
-    root = tmp_path_factory.mktemp("data")
-    result = tune_run("recipes/tokenize_corpus.py", "--config", "configs/tiny/qwen3_tokenize.yaml",
-                      f"corpora.target.store_dir={root}/target", f"corpora.general.store_dir={root}/general",
-                      f"corpora.target_val.store_dir={root}/target_val")
-    assert result.returncode == 0, result.stderr[-3000:]
-    for corpus, cache in [("target", "entropy"), ("target_val", "entropy_val")]:
-        result = tune_run("recipes/precompute_entropy.py", "--config", "configs/tiny/qwen3_precompute_entropy.yaml",
-                          f"target_tokens={root}/{corpus}", f"cache_dir={root}/{cache}")
-        assert result.returncode == 0, result.stderr[-3000:]
-    return [f"data.target_tokens={root}/target", f"data.target_entropy={root}/entropy",
-            f"data.general_tokens={root}/general", f"evaluation.validation.target_tokens={root}/target_val",
-            f"evaluation.validation.target_entropy={root}/entropy_val"]
-
-
 # Most tests train without evaluating; evaluation has tests of its own.
 NO_EVAL = ["evaluation.validation.target_tokens=null", "evaluation.lm_eval.tasks.code=[]"]
 

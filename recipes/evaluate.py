@@ -1,0 +1,162 @@
+"""Offline evaluation: score a run's checkpoints on the full suite, in one process or several.
+
+    tune run recipes/evaluate.py --config configs/tiny/qwen3_evaluate.yaml output_dir=outputs/tiny_qwen3_entrodrop
+    tune run --nproc_per_node 8 recipes/evaluate.py --config configs/qwen3/0.6B_evaluate.yaml output_dir=<run>
+
+During training a run evaluates cheap signals (validation loss by entropy bucket, a few
+likelihood tasks) and saves a checkpoint at every target-epoch end; this recipe scores those
+checkpoints on everything else. ``checkpoints`` is a run's checkpoint directory (every
+``step_<N>`` in it, oldest first) or one Hugging Face checkpoint directory. Each result is
+appended to ``eval_dir/evals.jsonl`` and ``summary.json`` as the training recipes write them,
+so ``scripts/report.py`` and the best-checkpoint choice read them unchanged. A checkpoint
+already scored there with the same tasks and ``limit`` is skipped: a killed evaluation runs
+again to continue where it stopped.
+
+``backend`` runs the lm-eval tasks: ``torchtune`` (the project's adapter; with N processes
+each rank holds the model and takes every N-th batch of requests), or lm-eval's own ``hf`` and
+``vllm`` models on the saved directory, in one process. The validation loss always runs on
+the torchtune model: it packs held-out documents with a block-causal mask.
+"""
+
+import os
+import sys
+from importlib.util import find_spec
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from omegaconf import DictConfig
+from torchtune import config, training, utils
+
+from entrodrop import schemas
+from entrodrop.checkpointing import HFCheckpointer
+from entrodrop.evaluation import Evaluator, already_scored, open_validation, read_evaluations, record_evaluation, task_index
+from entrodrop.models.hf_config import check_matches_checkpoint
+from entrodrop.run_dir import checkpoint_progress, scorable_checkpoints
+
+log = utils.get_logger("INFO")
+
+LM_EVAL_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+class EvaluateRecipe:
+    """Checks, then one evaluation per checkpoint not yet scored; every value read is in the YAML.
+
+    Start-up goes from cheap checks to costly work: the config against
+    ``entrodrop.schemas.EVALUATE``, the checkpoints (all complete), the lm-eval tasks, the
+    validation stores, and only then the model.
+    """
+
+    def __init__(self, cfg: DictConfig) -> None:
+        schemas.check(cfg, schemas.EVALUATE, schemas.EVALUATE_RULES, "evaluate")
+        self._device = utils.get_device(cfg.device)
+        self._dtype = training.get_dtype(cfg.dtype, device=self._device)
+        self._distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
+        if self._distributed:
+            dist.init_process_group("cuda:nccl,cpu:gloo" if self._device.type == "cuda" else "gloo")
+        self._world_size, self._rank = utils.get_world_size_and_rank()
+        training.set_seed(cfg.seed)
+        self._backend, self._eval_dir, self._dtype_name = cfg.backend, Path(cfg.eval_dir), cfg.dtype
+        needs = {"hf": (["transformers", "accelerate"], "pip install -e '.[hf]'"),
+                 "vllm": (["vllm"], "pip install vllm (on a machine with a CUDA GPU)")}.get(self._backend)
+        missing = [m for m in needs[0] if find_spec(m) is None] if needs else []
+        if missing:
+            raise ModuleNotFoundError(f"backend={self._backend} needs {' and '.join(missing)}, not installed: "
+                                      f"{needs[1]}, or use backend=torchtune")
+
+    def setup(self, cfg: DictConfig) -> None:
+        ev = cfg.evaluation
+        self._task_groups = {group: list(tasks) for group, tasks in ev.lm_eval.tasks.items()}
+        self._tasks = [t for ts in self._task_groups.values() for t in ts]
+        self._todo = self._pending(cfg)
+        task_manager = task_index(self._task_groups, ev.lm_eval.target_group, ev.lm_eval.include_path,
+                                  ev.lm_eval.allow_code_execution)
+        validation = open_validation(ev.validation.target_tokens, ev.validation.target_entropy)
+        if not self._todo:
+            return
+        if ev.lm_eval.allow_code_execution:
+            os.environ["HF_ALLOW_CODE_EVAL"] = "1"  # what lm-eval's code tasks check
+        self._model_type = cfg.model_type
+        self._model = None
+        if validation or (self._backend == "torchtune" and task_manager):
+            with training.set_default_dtype(self._dtype), self._device:
+                self._model = config.instantiate(cfg.model)
+            self._model.eval()
+        lm = None
+        if self._backend == "torchtune" and task_manager:
+            from entrodrop.lm_eval_adapter import TorchtuneLM  # imports lm-eval: only when tasks are set
+
+            lm = TorchtuneLM(self._model, config.instantiate(cfg.tokenizer), self._device, ev.lm_eval.max_seq_len,
+                             ev.lm_eval.batch_size, ev.lm_eval.max_gen_toks, distributed=self._distributed,
+                             generation_batch_size=ev.lm_eval.generation_batch_size)
+        self._evaluator = Evaluator(self._model, self._device, validation, ev.validation.seq_len,
+                                    ev.validation.batch_size, lm, self._task_groups, ev.lm_eval.target_group,
+                                    task_manager, ev.lm_eval.limit, ev.lm_eval.allow_code_execution,
+                                    self._rank, self._world_size)
+        self._lm_eval, self._target_group = ev.lm_eval, ev.lm_eval.target_group
+        self._has_tasks = task_manager is not None
+
+    def _pending(self, cfg: DictConfig) -> list:
+        """The checkpoints without a record of this evaluation in ``eval_dir`` (all complete)."""
+        found = scorable_checkpoints(cfg.checkpoints)
+        records = read_evaluations(self._eval_dir)
+        validation = cfg.evaluation.validation.target_tokens is not None
+        todo = [c for c in found if not already_scored(records, str(c), self._tasks, cfg.evaluation.lm_eval.limit,
+                                                        validation)]
+        utils.log_rank_zero(log, f"{cfg.checkpoints}: {len(found)} checkpoint{'s' * (len(found) != 1)}, "
+                                 f"{len(found) - len(todo)} already scored in {self._eval_dir}, {len(todo)} to score")
+        return todo
+
+    def _backend_lm(self, checkpoint: Path):
+        """lm-eval's own model on ``checkpoint`` (backend hf or vllm)."""
+        ev, dtype = self._lm_eval, LM_EVAL_DTYPES[self._dtype_name]
+        if self._backend == "hf":
+            from lm_eval.models.huggingface import HFLM
+
+            return HFLM(pretrained=str(checkpoint), device=str(self._device), dtype=dtype,
+                        batch_size=ev.batch_size, max_length=ev.max_seq_len)
+        from lm_eval.models.vllm_causallms import VLLM  # imports vllm: only when it is chosen
+
+        return VLLM(pretrained=str(checkpoint), dtype=dtype, max_model_len=ev.max_seq_len,
+                    max_gen_toks=ev.max_gen_toks, batch_size="auto")
+
+    def _load(self, checkpoint: Path) -> None:
+        """``checkpoint``'s weights into the torchtune model, once its config.json matches the model."""
+        checkpointer = HFCheckpointer(str(checkpoint), self._model_type, output_dir=str(self._eval_dir))
+        check_matches_checkpoint(self._model, checkpointer.config, str(checkpoint / "config.json"))
+        self._model.load_state_dict(checkpointer.load_checkpoint()["model"], strict=True)
+
+    def evaluate(self) -> None:
+        for k, checkpoint in enumerate(self._todo):
+            progress = checkpoint_progress(checkpoint)
+            utils.log_rank_zero(log, f"[{k + 1}/{len(self._todo)}] {checkpoint} (step {progress['step']}, "
+                                     f"target epoch {progress['target_epoch']})")
+            if self._model is not None:
+                self._load(checkpoint)
+            if self._backend != "torchtune" and self._has_tasks:
+                self._evaluator.lm = self._backend_lm(checkpoint)
+            record = self._evaluator(progress["step"], progress["target_epoch"], str(checkpoint))
+            if self._backend != "torchtune":
+                record["backend"] = self._backend
+                self._evaluator.lm = None  # frees the backend's copy before the next checkpoint loads
+            if self._rank == 0:
+                summary = record_evaluation(self._eval_dir, record, self._target_group)
+                log.info(f"{checkpoint.name}: val_loss {record.get('val_loss')}, groups {record.get('groups')}; "
+                         f"best: {summary.get('best_checkpoint')}")
+
+    def cleanup(self) -> None:
+        if self._distributed:
+            dist.barrier()
+            dist.destroy_process_group()
+
+
+@config.parse
+def recipe_main(cfg: DictConfig) -> None:
+    recipe = EvaluateRecipe(cfg)
+    recipe.setup(cfg)
+    recipe.evaluate()
+    recipe.cleanup()
+
+
+if __name__ == "__main__":
+    sys.exit(recipe_main())
