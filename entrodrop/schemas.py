@@ -82,7 +82,7 @@ TRAINING = {
     "tokenizer": Component(),
     "evaluation": {
         "every_n_steps": optional(integer(minimum=1)),
-        "at_epoch_end": boolean(),
+        "every_n_epochs": optional(integer(minimum=1)),
         "validation": {
             "target_tokens": optional(TOKEN_STORE),
             "target_entropy": optional(ENTROPY_CACHE),
