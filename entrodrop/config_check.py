@@ -5,13 +5,16 @@ that returns why it is invalid (or None), and each ``Component()`` leaf is a ``_
 node whose arguments must bind to what it names. ``check_config`` returns every problem at
 once - each missing key, each unknown key with the closest known one (a misspelt override
 such as ``token_dropout.gama_max=0.5`` would otherwise be merged in and ignored), each invalid
-value - and ``raise_problems`` makes them one error.
+value - and ``raise_problems`` makes them one error. A key that was renamed is reported with
+its new name (``renamed``), so an old config says what to change rather than just "unknown".
 
 Example:
     >>> from omegaconf import OmegaConf
     >>> schema = {"seed": integer(), "token_dropout": {"gamma_max": number_in(0, 1)}}
     >>> check_config(OmegaConf.create({"token_dropout": {"gama_max": 0.5}}), schema)
     ['missing key: seed', 'missing key: token_dropout.gamma_max', 'unknown key: token_dropout.gama_max (did you mean gamma_max?)']
+    >>> check_config(OmegaConf.create({"seed": 0, "sede": 1}), {"seed": integer()}, renamed={"sede": "use seed"})
+    ['unknown key: sede (renamed: use seed)']
 """
 
 import difflib
@@ -154,12 +157,20 @@ def _component_problems(node: Any, spec: Component, path: str) -> List[str]:
     return problems
 
 
-def check_config(cfg: DictConfig, schema: Mapping[str, Any], prefix: str = "") -> List[str]:
+def _unknown(path: str, known: Sequence[str], renamed: Mapping[str, str]) -> str:
+    key = path.rsplit(".", 1)[-1]
+    hint = f" (renamed: {renamed[path]})" if path in renamed else _closest(key, known)
+    return f"unknown key: {path}{hint}"
+
+
+def check_config(cfg: DictConfig, schema: Mapping[str, Any], prefix: str = "",
+                 renamed: Optional[Mapping[str, str]] = None) -> List[str]:
     """Every missing key, unknown key and invalid value of ``cfg`` against ``schema``.
 
     Values are read resolved (``${...}`` interpolations filled in); one that cannot be resolved
-    is a problem too.
+    is a problem too. ``renamed`` maps a dotted key that is no longer read to what replaces it.
     """
+    renamed = renamed or {}
     problems: List[str] = []
     node = cfg if isinstance(cfg, Mapping) else {}
     for key, spec in schema.items():
@@ -175,7 +186,7 @@ def check_config(cfg: DictConfig, schema: Mapping[str, Any], prefix: str = "") -
             continue
         if isinstance(spec, Mapping):
             if isinstance(node[key], Mapping):
-                problems += check_config(node[key], spec, f"{path}.")
+                problems += check_config(node[key], spec, f"{path}.", renamed)
             else:
                 problems.append(f"{path}={value!r} must be a node with keys {list(spec)}")
         elif isinstance(spec, Component):
@@ -184,7 +195,7 @@ def check_config(cfg: DictConfig, schema: Mapping[str, Any], prefix: str = "") -
             why = spec(value)
             if why:
                 problems.append(f"{path}={value} {why}")
-    problems += [f"unknown key: {prefix}{key}{_closest(key, list(schema))}" for key in node if key not in schema]
+    problems += [_unknown(f"{prefix}{key}", list(schema), renamed) for key in node if key not in schema]
     return problems
 
 

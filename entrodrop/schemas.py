@@ -3,7 +3,8 @@
 A recipe checks its whole config against its schema first, so every mistake is reported in
 one error in about the time it takes to import the recipe. A copied recipe that reads a new
 key adds it to a copy of the schema (``{**TRAINING, "my_key": integer()}``); a key in the YAML
-that no schema names is reported as unknown, with the closest known key.
+that no schema names is reported as unknown, with the closest known key, or with what replaced
+it when it is in ``RENAMED``.
 
 ``*_RULES`` are checks across keys; each runs only when the keys it reads are present and
 valid on their own, so one mistake is not reported twice.
@@ -96,7 +97,7 @@ TRAINING = {
     "tokenizer": Component(),
     "evaluation": {
         "every_n_steps": optional(integer(minimum=1)),
-        "at_epoch_end": boolean(),
+        "every_n_epochs": optional(integer(minimum=1)),
         "validation": {
             "target_tokens": optional(TOKEN_STORE),
             "target_entropy": optional(ENTROPY_CACHE),
@@ -111,6 +112,12 @@ TRAINING = {
     "keep_pruned_weights": boolean(),
     "log_every_n_steps": integer(minimum=1),
     "metric_logger": Component(),
+}
+
+# Keys a config may still carry from an earlier version -> what to write instead.
+RENAMED = {
+    "evaluation.at_epoch_end": "use evaluation.every_n_epochs; at_epoch_end: True is every_n_epochs: 1, "
+                               "False is every_n_epochs: null",
 }
 
 # What a resumed run may change: where and how it is watched and stored, not what it trains.
@@ -249,6 +256,6 @@ def check_rules(cfg: DictConfig, rules: List[Rule], problems: List[str]) -> List
 
 def check(cfg: DictConfig, schema: dict, rules: List[Rule], what: str) -> None:
     """``check_config`` then the rules; raise one ``ConfigError`` listing everything."""
-    problems = check_config(cfg, schema)
+    problems = check_config(cfg, schema, renamed=RENAMED)
     raise_problems(problems + check_rules(cfg, rules, problems), what)
 

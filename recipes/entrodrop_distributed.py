@@ -35,7 +35,14 @@ from tqdm import tqdm
 from entrodrop import schemas
 from entrodrop.checkpointing import HFCheckpointer, latest_checkpoint
 from entrodrop.config_check import plain
-from entrodrop.evaluation import Evaluator, open_validation, record_evaluation, task_index
+from entrodrop.evaluation import (
+    Evaluator,
+    crossed_multiple,
+    evaluation_due,
+    open_validation,
+    record_evaluation,
+    task_index,
+)
 from entrodrop.loader import block_causal_mask, build_loader, describe_budget, plan_budget
 from entrodrop.method import (
     EmbeddingHook,
@@ -87,7 +94,7 @@ class EntroDropRecipeDistributed:
         self._log_every = cfg.log_every_n_steps
         self._neftune_alpha = cfg.neftune_alpha
         self._eval_every = cfg.evaluation.every_n_steps
-        self._eval_at_epoch_end = cfg.evaluation.at_epoch_end
+        self._eval_every_n_epochs = cfg.evaluation.every_n_epochs
         self._config = plain(cfg)  # saved with each checkpoint; a resumed run must match it
         self._metric_logger = None
 
@@ -249,10 +256,12 @@ class EntroDropRecipeDistributed:
                     "grad_norm": float(grad_norm), "target_epoch": batch["target_epoch"],
                     "step_seconds": seconds, "tokens_per_second": num_tokens / seconds,
                 }, step=self._step)
-            epoch_ended, epoch = math.floor(batch["target_epoch"]) > math.floor(epoch), batch["target_epoch"]
-            evaluate = self._evaluator.enabled and (
-                (self._eval_every and self._step % self._eval_every == 0) or self._step == self._num_steps
-                or (epoch_ended and self._eval_at_epoch_end))
+            # Every target-epoch end is saved, whatever the evaluation cadence: recipes/evaluate.py
+            # scores the saved checkpoints offline.
+            epoch_ended = crossed_multiple(epoch, batch["target_epoch"], 1)
+            evaluate = self._evaluator.enabled and evaluation_due(
+                self._step, self._num_steps, epoch, batch["target_epoch"], self._eval_every, self._eval_every_n_epochs)
+            epoch = batch["target_epoch"]
             if self._step % self._save_every == 0 or epoch_ended or evaluate or self._step == self._num_steps:
                 checkpoint = self.save_checkpoint(epoch)
             if evaluate:

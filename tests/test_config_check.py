@@ -6,7 +6,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from entrodrop import schemas
-from entrodrop.config_check import ConfigError, check_config, differences
+from entrodrop.config_check import ConfigError, check_config, differences, plain
 
 REPO = Path(__file__).resolve().parent.parent
 TINY_TRAINING = REPO / "configs/tiny/qwen3_entrodrop_single_device.yaml"
@@ -100,3 +100,23 @@ def test_differences_name_every_changed_key_except_those_that_may_change():
         "seed: checkpoint has 0, now 1",
         "token_dropout.gamma_max: checkpoint has 0.1, now 0.2",
     ]
+
+
+def test_a_renamed_key_says_what_replaces_it():
+    cfg = OmegaConf.load(TINY_TRAINING)
+    del cfg.evaluation["every_n_epochs"]
+    cfg.evaluation.at_epoch_end = True  # a config written before every_n_epochs
+    problems = check_config(cfg, schemas.TRAINING, renamed=schemas.RENAMED)
+    assert "missing key: evaluation.every_n_epochs" in problems
+    assert ("unknown key: evaluation.at_epoch_end (renamed: use evaluation.every_n_epochs; at_epoch_end: True is "
+            "every_n_epochs: 1, False is every_n_epochs: null)") in problems
+    with pytest.raises(ConfigError, match=r"evaluation.at_epoch_end \(renamed: use evaluation.every_n_epochs"):
+        schemas.check(cfg, schemas.TRAINING, [], "EntroDrop")
+
+
+def test_a_checkpoint_saved_with_a_renamed_evaluation_key_resumes():
+    now = OmegaConf.load(TINY_TRAINING)
+    saved = plain(now)
+    del saved["evaluation"]["every_n_epochs"]
+    saved["evaluation"]["at_epoch_end"] = True
+    assert differences(saved, plain(now), schemas.MAY_CHANGE_ON_RESUME) == []

@@ -64,14 +64,35 @@ def test_each_ablation_differs_from_the_main_run_only_in_its_switch(name):
 
 
 def test_paper_settings_are_the_defaults():
-    paths = [*(REPO / "configs").glob("*/*_entrodrop_*.yaml"), *(REPO / "configs/ablations").glob("*.yaml")]
-    paths = [p for p in paths if p.parent.name != "tiny"]
+    paths = paper_configs()
     assert len(paths) == 6 + 7
     for path in paths:
         cfg = OmegaConf.load(path)
         assert (cfg.data.seq_len, cfg.data.target_ratio, cfg.global_batch_size) == (4096, 0.6, 512), path
         assert (cfg.optimizer.lr, cfg.token_dropout.gamma_max, cfg.token_dropout.gate_percentile) == (1e-5, 0.1, 0.5)
         assert cfg.lr_scheduler._component_.endswith("get_cosine_schedule_with_warmup")
+
+
+def paper_configs() -> list:
+    paths = [*(REPO / "configs").glob("*/*_entrodrop_*.yaml"), *(REPO / "configs/ablations").glob("*.yaml")]
+    return [p for p in paths if p.parent.name != "tiny"]
+
+
+def test_paper_configs_evaluate_cheap_signals_in_training_and_the_full_suite_offline():
+    from lm_eval.tasks import TaskManager
+
+    task_manager = TaskManager(include_path=str(REPO / "entrodrop/tasks"))
+    for path in paper_configs():
+        cfg = OmegaConf.load(path)
+        lm = cfg.evaluation.lm_eval
+        for name in (t for tasks in lm.tasks.values() for t in tasks):
+            output_type = task_manager.task_index[name].cfg.get("output_type")
+            assert output_type in ("loglikelihood", "multiple_choice"), (path, name, output_type)
+        assert lm.limit is not None and not lm.allow_code_execution, path
+        last = header_commands(path)[-1]  # the header's last step, and in the comment above evaluation:
+        assert re.fullmatch(rf"tune run recipes/evaluate\.py --config configs/\S+_evaluate\.yaml "
+                            rf"output_dir={re.escape(cfg.output_dir)}", last), (path, last)
+        assert path.read_text().count(last) == 2, f"{path}: the comment above evaluation: does not name {last!r}"
 
 
 def header_commands(path: Path) -> list:
