@@ -13,6 +13,7 @@ ranks to the same number of equal-sized batches (a sharded model runs its collec
 every forward) and all-gathers the results, so every rank returns every answer.
 """
 
+import contextlib
 from collections import Counter
 from typing import List, Optional, Sequence, Tuple
 
@@ -23,7 +24,7 @@ from lm_eval.api.model import TemplateLM
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from torchtune.generation import get_causal_mask_from_padding_mask, get_position_ids_from_padding_mask
 from torchtune import utils
-from torchtune.modules.common_utils import local_kv_cache
+from torchtune.modules.common_utils import delete_kv_caches
 from tqdm import tqdm
 
 log = utils.get_logger("INFO")
@@ -43,15 +44,22 @@ class TorchtuneLM(TemplateLM):
         generation_batch_size (int): rows per generation batch (None: ``batch_size``). Decoding
             one token costs about the same for 8 rows as for 32 on a GPU, so it pays to set it
             well above the scoring batch, which holds whole sequences.
+        compile_decode (bool): run the one-token decode step under ``torch.compile`` (on CUDA
+            with ``mode="reduce-overhead"``: CUDA graphs over the static KV cache). Greedy
+            outputs are the same tokens as eager.
     """
 
     def __init__(self, model: torch.nn.Module, tokenizer, device: torch.device, max_seq_len: int,
                  batch_size: int, max_gen_toks: int = 256, distributed: bool = False,
-                 generation_batch_size: Optional[int] = None) -> None:
+                 generation_batch_size: Optional[int] = None, compile_decode: bool = False) -> None:
         super().__init__()
         self._model, self._tokenizer, self._device = model, tokenizer, device
         self._max_seq_len, self._batch_size, self._max_gen_toks = max_seq_len, batch_size, max_gen_toks
         self._generation_batch_size = generation_batch_size or batch_size
+        self._compile_decode, self._cache_shape = compile_decode, None
+        # On a GPU "reduce-overhead" replays the step as a CUDA graph: no per-kernel launch cost.
+        mode = "reduce-overhead" if device.type == "cuda" else None
+        self._decode = torch.compile(self._decode_step, mode=mode, dynamic=False) if compile_decode else self._decode_step
         self._dtype = next(model.parameters()).dtype
         self._dp_size = dist.get_world_size() if distributed else 1
         self._dp_rank = dist.get_rank() if distributed else 0
@@ -170,37 +178,73 @@ class TorchtuneLM(TemplateLM):
         dist.all_reduce(left)
         return int(left.item()) == 0
 
+    def _decode_step(self, x: torch.Tensor, input_pos: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The greedy next token ``[b, 1]`` of each row: one forward over the KV cache."""
+        logits = self._model(x, input_pos=input_pos, mask=mask)
+        return (logits[-1] if isinstance(logits, list) else logits)[:, -1].argmax(-1, keepdim=True)
+
+    def _fresh_caches(self, rows: int, length: int) -> None:
+        """Empty KV caches of ``rows`` x ``length``: the ones already set up when their shape fits
+        (so a compiled decode step, and its CUDA graph, keeps the same buffers), else new ones."""
+        if self._cache_shape == (rows, length):
+            self._model.reset_caches()
+            return
+        if self._cache_shape:
+            delete_kv_caches(self._model)
+        with self._device:
+            self._model.setup_caches(rows, self._dtype, decoder_max_seq_len=length)
+        self._cache_shape = (rows, length)
+
+    @contextlib.contextmanager
+    def _kv_caches(self):
+        """KV caches for one ``generate_until`` call (``_fresh_caches`` per batch), deleted after:
+        the model trains without them."""
+        self._cache_shape = None
+        try:
+            yield
+        finally:
+            if self._cache_shape:
+                delete_kv_caches(self._model)
+            self._cache_shape = None
+
     @torch.no_grad()
     def _generate(self, batch: List[Tuple[List[int], int, Sequence[str]]], max_new: int) -> List[List[int]]:
         """Greedy continuations of left-padded prompts ``(prompt, n, stops)``: each row generates
         until ``_stopped``, at most ``max_new`` tokens; the batch stops when every row has. A row's
-        tokens are those an unstopped loop would give, up to where it stopped."""
+        tokens are those an unstopped loop would give, up to where it stopped.
+
+        The cache holds ``width + max_new`` positions; with ``compile_decode`` it is rounded up to
+        a power of two (at most ``max_seq_len``), so a few shapes serve every batch and the decode
+        step compiles a few times, not once per prompt length."""
         prompts = [p[-(self._max_seq_len - max_new) :] for p, *_ in batch]
         width = max(len(p) for p in prompts)
+        length = width + max_new
+        if self._compile_decode:
+            length = min(max(self._max_seq_len, length), 1 << (length - 1).bit_length())
         pad = self._tokenizer.pad_id
         tokens = torch.full((len(prompts), width), pad, dtype=torch.long)
         for r, p in enumerate(prompts):
             tokens[r, width - len(p) :] = torch.tensor(p)
         # torchtune's masks and positions for left-padded prompts; its generate() is not used
         # because it keeps every step's [b, 1, vocab] logits (GBs at a 152k vocabulary).
-        padding = F.pad(tokens != pad, (0, max_new), value=True)
-        masks = get_causal_mask_from_padding_mask(padding, target_seq_len=width + max_new).to(self._device)
+        padding = F.pad(tokens != pad, (0, length - width), value=True)
+        masks = get_causal_mask_from_padding_mask(padding, target_seq_len=length).to(self._device)
         positions = get_position_ids_from_padding_mask(padding).to(self._device)
-        x = tokens.to(self._device)
         generated: List[List[int]] = [[] for _ in batch]
         stopped = [False] * len(batch)
-        with local_kv_cache(self._model, batch_size=len(prompts), device=self._device, dtype=self._dtype,
-                            decoder_max_seq_len=width + max_new):
-            for step in range(max_new):
-                now = slice(0, width) if step == 0 else slice(width + step - 1, width + step)
-                logits = self._model(x, input_pos=positions[:, now], mask=masks[:, now])
-                x = (logits[-1] if isinstance(logits, list) else logits)[:, -1].argmax(-1, keepdim=True)
-                for r, token in enumerate(x[:, 0].tolist()):
-                    if not stopped[r]:
-                        generated[r].append(token)
-                        stopped[r] = self._stopped(generated[r], batch[r][1], batch[r][2])
-                if self._all_ranks_done(all(stopped)):
-                    break
+        self._fresh_caches(len(prompts), length)
+        # The prompt, of a new width each batch, runs eagerly; each decode step has one shape.
+        x = self._decode_step(tokens.to(self._device), positions[:, :width], masks[:, :width])
+        for step in range(max_new):
+            if step:
+                now = slice(width + step - 1, width + step)
+                x = self._decode(x, positions[:, now], masks[:, now])
+            for r, token in enumerate(x[:, 0].tolist()):
+                if not stopped[r]:
+                    generated[r].append(token)
+                    stopped[r] = self._stopped(generated[r], batch[r][1], batch[r][2])
+            if self._all_ranks_done(all(stopped)):
+                break
         return generated
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> List[str]:
@@ -219,9 +263,11 @@ class TorchtuneLM(TemplateLM):
         outputs = [None] * len(items)
         for max_new in sorted({n for _, n in items}):
             group = [k for k, (_, n) in enumerate(items) if n == max_new]
-            done = self._map_batches([(*items[k], stops[k]) for k in group], lambda batch: self._generate(batch, max_new),
-                                     filler=([self.eot_token_id], 1, []), batch_size=self._generation_batch_size,
-                                     desc=f"generate_until (max_gen_toks {max_new})", disable_tqdm=disable_tqdm)
+            with self._kv_caches():
+                done = self._map_batches([(*items[k], stops[k]) for k in group],
+                                         lambda batch: self._generate(batch, max_new),
+                                         filler=([self.eot_token_id], 1, []), batch_size=self._generation_batch_size,
+                                         desc=f"generate_until (max_gen_toks {max_new})", disable_tqdm=disable_tqdm)
             for k, ids in zip(group, done):
                 outputs[k] = ids
         texts = []

@@ -55,6 +55,7 @@ LM_EVAL = {
     "limit": optional(integer(minimum=1)),
     "batch_size": integer(minimum=1),
     "generation_batch_size": optional(integer(minimum=1)),
+    "compile_decode": boolean(),
     "max_seq_len": integer(minimum=1),
     "max_gen_toks": integer(minimum=1),
     "allow_code_execution": boolean(),

@@ -247,7 +247,8 @@ class EntroDropRecipeSingleDevice:
                 os.environ["HF_ALLOW_CODE_EVAL"] = "1"  # what lm-eval's code tasks check
             lm = TorchtuneLM(self._model, config.instantiate(cfg.tokenizer), self._device, ev.lm_eval.max_seq_len,
                              ev.lm_eval.batch_size, ev.lm_eval.max_gen_toks, distributed=False,
-                             generation_batch_size=ev.lm_eval.generation_batch_size)
+                             generation_batch_size=ev.lm_eval.generation_batch_size,
+                             compile_decode=ev.lm_eval.compile_decode)
         self._evaluator = Evaluator(self._model, self._device, self._validation, cfg.data.seq_len, ev.validation.batch_size,
                                     lm, self._task_groups, ev.lm_eval.target_group, self._task_manager, ev.lm_eval.limit,
                                     ev.lm_eval.allow_code_execution, 0, 1)

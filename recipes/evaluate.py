@@ -88,7 +88,8 @@ class EvaluateRecipe:
 
             lm = TorchtuneLM(self._model, config.instantiate(cfg.tokenizer), self._device, ev.lm_eval.max_seq_len,
                              ev.lm_eval.batch_size, ev.lm_eval.max_gen_toks, distributed=self._distributed,
-                             generation_batch_size=ev.lm_eval.generation_batch_size)
+                             generation_batch_size=ev.lm_eval.generation_batch_size,
+                             compile_decode=ev.lm_eval.compile_decode)
         self._evaluator = Evaluator(self._model, self._device, validation, ev.validation.seq_len,
                                     ev.validation.batch_size, lm, self._task_groups, ev.lm_eval.target_group,
                                     task_manager, ev.lm_eval.limit, ev.lm_eval.allow_code_execution,

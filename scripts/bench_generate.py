@@ -13,11 +13,15 @@ Rows:
     adapter            TorchtuneLM.generate_until, no stop string: every row makes max_new tokens
     adapter, stop      each row with a stop string its text reaches a quarter of the way: the time
                        follows the tokens needed (counted up to and including the stop)
+    adapter, compiled  compile_decode=True: the decode step under torch.compile (on CUDA
+                       mode="reduce-overhead", CUDA graphs over the static KV cache); its
+                       compilation is in the warm-up, not in the time
     transformers       model.generate, dynamic cache, max_new tokens forced (min_new_tokens)
+    transformers, static + compile (CUDA only)  cache_implementation="static", forward compiled
 
 "new tokens/s" is rows x tokens generated / seconds, the best of --repeats after a warm-up;
 "agree" is the share of rows whose greedy tokens equal transformers' (fp32 on CPU: all of them;
-bf16 may differ after a near tie).
+bf16 may differ after a near tie); for the compiled adapter, those equal to the eager adapter's.
 """
 
 import argparse
@@ -122,8 +126,10 @@ def main() -> None:
     for b in batch_sizes:
         texts = prompts(tokenizer, b, args.prompt_tokens)
         lm = TorchtuneLM(ours, tokenizer, device, max_seq_len=args.prompt_tokens + max_new + 1, batch_size=b)
+        compiled = TorchtuneLM(ours, tokenizer, device, max_seq_len=args.prompt_tokens + max_new + 1, batch_size=b,
+                               compile_decode=True)
 
-        def adapter(stops):
+        def adapter(stops, lm=lm):
             return lm.generate_until([Instance("generate_until", {}, (t, {"until": until, "max_gen_toks": max_new}), i)
                                       for i, (t, until) in enumerate(zip(texts, stops))])
 
@@ -134,6 +140,9 @@ def main() -> None:
         stop_seconds, cut = timed(lambda: adapter(stops), args.repeats, sync)
         needed = sum(len(tokenizer.encode(c + stop[0], add_bos=False, add_eos=False)) for c, stop in zip(cut, stops))
         rows.append(("adapter, stop strings", b, min(needed, b * max_new), stop_seconds))
+        compiled_seconds, compiled_out = timed(lambda: adapter([[]] * b, compiled), args.repeats, sync)
+        rows.append(("adapter, compiled decode", b, b * max_new, compiled_seconds,
+                     sum(a == c for a, c in zip(generated, compiled_out)) / b))
 
         encoded = [tokenizer.encode(t, add_bos=False, add_eos=False) for t in texts]
         width = max(map(len, encoded))
@@ -151,9 +160,21 @@ def main() -> None:
         rows.append(("transformers generate", b, b * max_new, hf_seconds))
         hf_texts = [tokenizer.decode(row[width:].tolist()) for row in hf_out]
         agree = sum(a == h for a, h in zip(generated, hf_texts)) / b
-        rows[-3] = rows[-3] + (agree,)
+        rows[-4] = rows[-4] + (agree,)
+        if cuda:  # transformers' fast path: a static cache and a compiled forward (a CPU compile takes minutes)
+            static = transformers.AutoModelForCausalLM.from_pretrained(str(ckpt), dtype=dtype).to(device).eval()
+            static.forward = torch.compile(static.forward, mode="reduce-overhead", fullgraph=True)
 
-    print("\n| what | batch | new tokens | seconds | new tokens/s | agree with transformers |")
+            def hf_static():
+                with torch.no_grad():
+                    return static.generate(input_ids=input_ids, attention_mask=attention, do_sample=False,
+                                           max_new_tokens=max_new, min_new_tokens=max_new, pad_token_id=pad,
+                                           cache_implementation="static")
+
+            rows.append(("transformers generate, static cache + compile", b, b * max_new,
+                         timed(hf_static, args.repeats, sync)[0]))
+
+    print("\n| what | batch | new tokens | seconds | new tokens/s | agree |")
     print("|---|---|---|---|---|---|")
     for what, b, tokens, seconds, *agree in rows:
         print(f"| {what} | {b} | {tokens} | {seconds:.2f} | {tokens / seconds:,.0f} | "

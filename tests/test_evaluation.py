@@ -122,10 +122,12 @@ def greedy_without_cache(model, ids: list, n: int) -> list:
     return ids[-n:]
 
 
-def test_each_row_stops_at_its_stop_string_or_eos_as_it_generates(tiny, caplog):
+@pytest.mark.parametrize("compile_decode", [False, True], ids=["eager", "compiled"])
+def test_each_row_stops_at_its_stop_string_or_eos_as_it_generates(tiny, caplog, compile_decode):
     """Left-padded rows of one batch: one cut by a stop string, one by EOS, one runs to
     max_gen_toks. Every text is what a full greedy run cut afterwards gives, and the batch
-    stops once its last row has (counted forwards), not at max_gen_toks for every row."""
+    stops once its last row has (counted forwards), not at max_gen_toks for every row; the
+    same with the decode step compiled (its cache rounded up to a power of two)."""
     model, tokenizer = tiny
     prompts, n = ["def main():", "import", "x = [1, 2"], 12
     reference = [greedy_without_cache(model, tokenizer.encode(p, add_bos=False, add_eos=False), n) for p in prompts]
@@ -134,7 +136,7 @@ def test_each_row_stops_at_its_stop_string_or_eos_as_it_generates(tiny, caplog):
     eos = reference[1][4]  # row 1 stops at (or before) its 5th token
     assert stop and eos not in reference[0][:5] and eos not in reference[2]
     lm = TorchtuneLM(model, EosIs(tokenizer, eos), torch.device("cpu"), max_seq_len=128, batch_size=1,
-                     generation_batch_size=3)
+                     generation_batch_size=3, compile_decode=compile_decode)
     forwards = []
     caplog.set_level("INFO")
     hook = model.register_forward_hook(lambda *args: forwards.append(1))
