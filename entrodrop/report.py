@@ -8,6 +8,8 @@ more runs ``write_report`` draws
     val_loss_by_entropy.png   validation loss on all / low- / high-entropy tokens against
                               target epoch (the paper's figure 1c)
     benchmarks.png            each task group's average against target epoch (figure 3a)
+    score_vs_val_loss.png     the target group's average against the validation loss, one point
+                              per evaluation (figure 1b), when a target group is given
     gamma_schedule.png        gamma_max(j) and the drawn gamma_j against step
     table.md                  per run: best target-group average, best epoch, minimum
                               validation loss (the paper's table of gamma_max)
@@ -16,12 +18,18 @@ and proposes the curriculum midpoint j0 from a baseline run: the target epoch wh
 validation loss stops falling, the paper's "transition from productive learning to
 memorization". A baseline whose loss is lowest at its last evaluation has not turned up yet:
 then nothing is proposed, and the table says so.
+
+``draw_entropy_sample`` is the paper's figure 5c: one held-out sample as text, each token
+shaded by its entropy under the base model, the tokens the gate makes eligible underlined.
 """
 
 import json
 import re
+import textwrap
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
 
 import matplotlib
 
@@ -150,6 +158,10 @@ def write_report(runs: List[Dict], out_dir: str, target_group: Optional[str] = N
     fig.tight_layout()
     fig.savefig(out / "benchmarks.png", dpi=110)
     plt.close(fig)
+    files = ["val_loss_by_entropy.png", "benchmarks.png"]
+    if target_group is not None:
+        draw_score_vs_loss(runs, target_group, out / "score_vs_val_loss.png")
+        files.append("score_vs_val_loss.png")
 
     fig, ax = plt.subplots(figsize=(6.5, 3.6))
     for run in runs:
@@ -175,4 +187,86 @@ def write_report(runs: List[Dict], out_dir: str, target_group: Optional[str] = N
         lines += ["", f"{prefix} from {midpoint['run']}: {midpoint['note']}."]
     (out / "table.md").write_text("\n".join(lines) + "\n")
     return {"rows": rows, "midpoint": midpoint,
-            "files": [str(out / f) for f in ("val_loss_by_entropy.png", "benchmarks.png", "gamma_schedule.png", "table.md")]}
+            "files": [str(out / f) for f in (*files, "gamma_schedule.png", "table.md")]}
+
+
+def draw_score_vs_loss(runs: List[Dict], target_group: str, path) -> None:
+    """Figure 1b: the ``target_group`` average against the all-token validation loss, one point
+    per evaluation that has both, in epoch order (a line joins them; the last is labelled)."""
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    for run in runs:
+        points = [(e["val_loss"]["all"], e["groups"][target_group], e["target_epoch"]) for e in run["evals"]
+                  if "val_loss" in e and target_group in e.get("groups", {})]
+        if points:
+            loss, score, epochs = zip(*points)
+            line, = ax.plot(loss, score, marker="o", alpha=0.8, label=run["name"])
+            if epochs[-1] is not None:
+                ax.annotate(f"epoch {epochs[-1]:.1f}", (loss[-1], score[-1]), fontsize=7, color=line.get_color())
+    ax.set(title=f"{target_group} average against validation loss", xlabel="validation loss (all tokens)",
+           ylabel=f"{target_group} average")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def draw_entropy_sample(pieces: Sequence[str], entropy: np.ndarray, eligible: np.ndarray, path, title: str = "",
+                        columns: int = 96) -> None:
+    """Figure 5c: the text of ``pieces`` (one decoded string per token) in a monospace grid of
+    ``columns``, each token's background shaded by its ``entropy`` (NaN: none, left white) and
+    the ``eligible`` ones (the gate's choice) underlined in blue."""
+    cells, line, col = [], 0, 0  # (line, first column, last column, token) of each visible run of a token
+    for k, piece in enumerate(pieces):
+        for part_index, part in enumerate(piece.replace("\t", "    ").split("\n")):
+            if part_index:
+                line, col = line + 1, 0
+            while part:
+                room = columns - col
+                if room == 0:
+                    line, col = line + 1, 0
+                    continue
+                cells.append((line, col, part[:room], k))
+                col += len(part[:room])
+                part = part[room:]
+    lines = line + 1
+    finite = entropy[~np.isnan(entropy)]
+    top = float(finite.max()) if finite.size else 1.0
+    cmap = plt.get_cmap("YlOrRd")
+    width, height = columns * 0.085 + 0.4, lines * 0.19 + 0.9
+    fig = plt.figure(figsize=(width, height))
+    ax = fig.add_axes([0.01, 0.02, 0.98, 0.96 - 0.5 / height])
+    fontsize = 0.98 * width * 72 / columns / 0.602  # a monospace glyph is 0.602 em wide: one per column
+    ax.set_xlim(0, columns)
+    ax.set_ylim(lines, -0.2)
+    ax.axis("off")
+    for line, col, text, k in cells:
+        h = entropy[k]
+        if not np.isnan(h):
+            ax.add_patch(plt.Rectangle((col, line), len(text), 1, color=cmap(0.6 * h / max(top, 1e-9)),
+                                       linewidth=0))
+        if eligible[k]:
+            ax.plot([col + 0.1, col + len(text) - 0.1], [line + 0.93, line + 0.93], color="blue", linewidth=1.2,
+                    zorder=3)
+        ax.text(col, line + 0.45, text, family="monospace", fontsize=fontsize, va="center", ha="left", zorder=4)
+    title = title or "entropy under the base model (darker: higher); underlined: eligible for dropout"
+    fig.suptitle("\n".join(textwrap.wrap(f"{title}; white to red: 0 to {top:.1f} nats", int(columns * 1.3))),
+                 fontsize=8, x=0.01, ha="left")
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
+def entropy_sample(tokens, entropy, index: int, decode, gate_percentile: float, targeting: str,
+                   max_tokens: int = 400):
+    """What ``draw_entropy_sample`` draws for sample ``index`` of a token store and its entropy
+    cache (``SampleStore``s): its first ``max_tokens`` tokens decoded one by one, their
+    entropies, and the gate (``entrodrop.method.entropy_gate``) over the whole sample."""
+    import torch
+
+    from entrodrop.method import entropy_gate
+
+    ids, h = tokens[index], entropy[index].astype(np.float32)
+    gate = entropy_gate(torch.from_numpy(h)[None], torch.zeros(1, len(h), dtype=torch.long), gate_percentile,
+                        targeting)[0].numpy()
+    ids = ids[:max_tokens]
+    return [decode([int(t)]) for t in ids], h[: len(ids)], gate[: len(ids)]

@@ -1,18 +1,45 @@
 """Plots and a table of one or more runs' training dynamics (see entrodrop/report.py).
 
     python scripts/report.py outputs/baseline outputs/entrodrop --out report \
-        [--target-group code] [--baseline baseline]
+        [--target-group code] [--baseline baseline] [--entropy-sample configs/demo/cpt_entrodrop.yaml]
 
 Each argument is a recipe's ``output_dir``. ``--baseline`` names the run (its directory name)
 from which to propose the curriculum midpoint; none is proposed while its validation loss is
 still falling at its last evaluation. A run directory that does not exist, a ``--target-group``
 no run has and a ``--baseline`` no run is named are errors (exit status 2), which list what exists.
+
+``--entropy-sample CONFIG`` also draws ``entropy_sample.png`` (figure 5c) from a training
+config: its tokenizer, its held-out validation store and entropy cache, and its gate
+(``token_dropout.gate_percentile`` and ``targeting``); ``--sample-index`` picks the sample.
 """
 
 import argparse
 from pathlib import Path
 
-from entrodrop.report import check_selection, read_run, write_report
+from entrodrop.report import check_selection, draw_entropy_sample, entropy_sample, read_run, write_report
+
+
+def write_entropy_sample(config_path: str, index: int, out: Path) -> Path:
+    """Figure 5c for sample ``index`` of the validation store that ``config_path`` names."""
+    from omegaconf import OmegaConf
+    from torchtune import config
+
+    from entrodrop.sample_store import SampleStore
+
+    cfg = OmegaConf.load(config_path)
+    v, td = cfg.evaluation.validation, cfg.token_dropout
+    if not v.target_tokens:
+        raise FileNotFoundError(f"{config_path}: evaluation.validation.target_tokens is null: no held-out sample")
+    tokens, entropy = SampleStore(v.target_tokens, "tokens"), SampleStore(v.target_entropy, "entropy")
+    if not 0 <= index < len(tokens):
+        raise IndexError(f"--sample-index {index}: {v.target_tokens} holds samples 0 to {len(tokens) - 1}")
+    tokenizer = config.instantiate(cfg.tokenizer)
+    pieces, h, gate = entropy_sample(tokens, entropy, index, tokenizer.decode, td.gate_percentile, td.targeting)
+    path = out / "entropy_sample.png"
+    draw_entropy_sample(pieces, h, gate, path, title=(
+        f"{v.target_tokens} sample {index}: entropy under the base model (darker: higher); underlined: "
+        f"eligible for dropout (targeting {td.targeting}, gate_percentile {td.gate_percentile})"))
+    return path
 
 
 def main() -> None:
@@ -21,6 +48,9 @@ def main() -> None:
     parser.add_argument("--out", required=True, help="where to write the plots and table.md")
     parser.add_argument("--target-group", default=None, help="task group for the best average (e.g. math)")
     parser.add_argument("--baseline", default=None, help="run name to propose the midpoint from")
+    parser.add_argument("--entropy-sample", default=None, metavar="CONFIG",
+                        help="a training config: draw one of its held-out samples shaded by entropy (figure 5c)")
+    parser.add_argument("--sample-index", type=int, default=0, help="which held-out sample (--entropy-sample)")
     args = parser.parse_args()
     runs, problems = [], []
     for run_dir in args.runs:
@@ -33,6 +63,11 @@ def main() -> None:
     if problems:
         parser.error("\n  ".join(["nothing written:", *problems]))
     written = write_report(runs, args.out, args.target_group, args.baseline)
+    if args.entropy_sample:
+        try:
+            written["files"].append(str(write_entropy_sample(args.entropy_sample, args.sample_index, Path(args.out))))
+        except (FileNotFoundError, IndexError) as e:
+            parser.error(str(e))
     print((Path(args.out) / "table.md").read_text())
     print("wrote " + ", ".join(written["files"]))
 

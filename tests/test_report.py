@@ -79,3 +79,52 @@ def test_the_demo_takes_the_reports_proposal_and_says_when_it_falls_back(tmp_pat
     epochs, line = demo.choose_midpoint(read_run(fake_run(tmp_path, "falls", [2.0, 1.6, 1.4])))
     assert epochs == demo.FALLBACK_MIDPOINT_EPOCHS
     assert "FALLBACK" in line and "no turn-up was seen" in line
+
+
+def test_figure_1b_plots_the_target_score_against_the_loss_only_for_a_target_group(tmp_path):
+    runs = [read_run(fake_run(tmp_path, "baseline", [2.0, 1.6, 1.7]))]
+    with_group = write_report(runs, tmp_path / "with", "code")
+    assert str(tmp_path / "with" / "score_vs_val_loss.png") in with_group["files"]
+    assert (tmp_path / "with" / "score_vs_val_loss.png").read_bytes()[:4] == b"\x89PNG"
+    without = write_report(runs, tmp_path / "without")
+    assert not any(f.endswith("score_vs_val_loss.png") for f in without["files"])
+
+
+def test_figure_5c_shows_a_held_out_sample_with_the_gates_choice(data, tmp_path, monkeypatch, capsys):
+    import torch
+    from omegaconf import OmegaConf
+
+    from entrodrop.method import entropy_gate
+    from entrodrop.models.qwen3 import qwen3_tokenizer
+    from entrodrop.report import entropy_sample
+    from entrodrop.sample_store import SampleStore
+
+    from conftest import REPO
+
+    overrides = dict(arg.split("=", 1) for arg in data)
+    tokens = SampleStore(overrides["evaluation.validation.target_tokens"], "tokens")
+    entropy = SampleStore(overrides["evaluation.validation.target_entropy"], "entropy")
+    tiny = REPO / "assets" / "tiny" / "qwen3"
+    tokenizer = qwen3_tokenizer(str(tiny / "vocab.json"), str(tiny / "merges.txt"), str(tiny / "tokenizer.json"))
+    pieces, h, gate = entropy_sample(tokens, entropy, 1, tokenizer.decode, 0.5, "low", max_tokens=50)
+    ids = tokens[1]
+    assert len(pieces) == len(h) == len(gate) == min(50, len(ids))
+    assert "".join(pieces) == tokenizer.decode([int(t) for t in ids[:50]])
+    whole = entropy_gate(torch.from_numpy(entropy[1].astype("float32"))[None], torch.zeros(1, len(ids), dtype=torch.long),
+                         0.5, "low")[0].numpy()
+    assert (gate == whole[:50]).all() and 0 < gate.sum() < len(gate)  # the gate of the whole sample, cut
+
+    # Through scripts/report.py, from a training config that names the stores.
+    cfg = OmegaConf.load(REPO / "configs/tiny/qwen3_entrodrop_single_device.yaml")
+    cfg.evaluation.validation.target_tokens = overrides["evaluation.validation.target_tokens"]
+    cfg.evaluation.validation.target_entropy = overrides["evaluation.validation.target_entropy"]
+    OmegaConf.save(cfg, tmp_path / "config.yaml")
+    run = fake_run(tmp_path, "baseline", [2.0, 1.6, 1.7])
+    monkeypatch.chdir(REPO)  # the config's tokenizer paths are relative to the repository
+    status, stdout, err = report(monkeypatch, capsys, run, "--out", tmp_path / "report", "--entropy-sample",
+                                 tmp_path / "config.yaml", "--sample-index", 1)
+    assert status == 0, err
+    assert (tmp_path / "report" / "entropy_sample.png").read_bytes()[:4] == b"\x89PNG"
+    status, _, err = report(monkeypatch, capsys, run, "--out", tmp_path / "report", "--entropy-sample",
+                            tmp_path / "config.yaml", "--sample-index", len(tokens))
+    assert status != 0 and f"--sample-index {len(tokens)}: " in err and f"samples 0 to {len(tokens) - 1}" in err
