@@ -223,6 +223,8 @@ class EntroDropRecipeSingleDevice:
                     "target_dropped": dropped / max(targets, 1.0),
                     "grad_norm": float(grad_norm), "target_epoch": batch["target_epoch"],
                     "step_seconds": seconds, "tokens_per_second": num_tokens / seconds,
+                    # peak_memory_{active,alloc,reserved} in GiB since the last log line
+                    **(training.get_memory_stats(self._device) if self._device.type == "cuda" else {}),
                 }, step=self._step)
             # Every target-epoch end is saved, whatever the evaluation cadence: recipes/evaluate.py
             # scores the saved checkpoints offline.

@@ -32,11 +32,10 @@ from pathlib import Path
 
 import torch
 
+from entrodrop.models.shapes import QWEN3_0_6B
+
 REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "assets" / "tiny"
-QWEN3_0_6B = dict(vocab_size=151_936, num_layers=28, num_heads=16, num_kv_heads=8, embed_dim=1024,
-                  intermediate_dim=3072, max_seq_len=40_960, head_dim=128, norm_eps=1e-6, rope_base=1_000_000.0,
-                  tie_word_embeddings=True)
 
 
 class NoEos:

@@ -8,6 +8,7 @@ from torchtune.modules import TransformerDecoder
 from torchtune.modules.transforms.tokenizers import parse_hf_tokenizer_json
 
 from entrodrop.models.qwen3._component_builders import qwen3
+from entrodrop.models.shapes import QWEN3_0_6B, QWEN3_1_7B
 
 # Qwen3 adds these to the Qwen2.5 special tokens (ids from Qwen3's tokenizer_config.json).
 QWEN3_SPECIAL_TOKENS: Dict[str, int] = {
@@ -21,36 +22,12 @@ QWEN3_SPECIAL_TOKENS: Dict[str, int] = {
 
 def qwen3_0_6b() -> TransformerDecoder:
     """Qwen3-0.6B with the hyper-parameters of its published ``config.json``."""
-    return qwen3(
-        vocab_size=151_936,
-        num_layers=28,
-        num_heads=16,
-        num_kv_heads=8,
-        embed_dim=1024,
-        intermediate_dim=3072,
-        max_seq_len=40_960,
-        head_dim=128,
-        norm_eps=1e-6,
-        rope_base=1_000_000.0,
-        tie_word_embeddings=True,
-    )
+    return qwen3(**QWEN3_0_6B)
 
 
 def qwen3_1_7b() -> TransformerDecoder:
     """Qwen3-1.7B with the hyper-parameters of its published ``config.json``."""
-    return qwen3(
-        vocab_size=151_936,
-        num_layers=28,
-        num_heads=16,
-        num_kv_heads=8,
-        embed_dim=2048,
-        intermediate_dim=6144,
-        max_seq_len=40_960,
-        head_dim=128,
-        norm_eps=1e-6,
-        rope_base=1_000_000.0,
-        tie_word_embeddings=True,
-    )
+    return qwen3(**QWEN3_1_7B)
 
 
 def qwen3_tokenizer(

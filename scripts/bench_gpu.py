@@ -1,0 +1,245 @@
+"""The project's GPU benchmark: the real recipes at the paper's shapes, tokens/s, MFU and peak memory.
+
+    python scripts/bench_gpu.py                                    # one CUDA GPU: Qwen3-0.6B, Qwen3-1.7B
+    python scripts/bench_gpu.py --models qwen3_0_6b,llama3_1_8b    # Llama3.1-8B where memory allows
+    python scripts/bench_gpu.py --device cpu --models tiny --steps 4 --warmup 2   # the CPU check (a test runs it)
+
+For each model it builds a random-weight checkpoint of the published shape with the project's
+own builders (``entrodrop.models.shapes``; nothing from the hub), and corpora from the Python
+standard library's sources on this machine, tokenized once with the tiny tokenizer
+(``make assets``; its ids are valid in every vocabulary and speed does not depend on which
+ids). Then, each through ``tune run`` with the model's own configs under ``configs/``:
+
+    precompute   recipes/precompute_entropy.py over the target corpus: tokens/s from its log
+    train        recipes/entrodrop_single_device.py, ``--rows`` rows of ``--seq-len`` tokens a
+                 step, the config's micro-batch, compile and activation checkpointing, EntroDrop
+                 off (``schedule=none``) and static (``gamma_max`` from step 0: the gate and the
+                 mask at full strength), same seed and batches, interleaved off, static, static,
+                 off (``--repeats`` pairs)
+
+Training figures are medians over the steps after ``--warmup`` (compilation happens there);
+EntroDrop's cost is the median over those steps and pairs of the static/off step-time ratio.
+MFU counts 6N + 12·L·H·Q·T FLOPs per trained token and 2N + 4·L·H·Q·T per precomputed one
+(N parameters, the output projection counted once and the embedding lookup free; L layers, H
+attention heads of width Q, T the row length), against ``--peak-tflops`` (989: H100 SXM dense
+bf16). Peak memory is torch's ``max_memory_allocated`` as the recipe logs it. A stage that
+fails (out of memory, say) is a row that says so; the rest still runs.
+"""
+
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+from entrodrop.models import shapes
+from entrodrop.models.hf_config import hf_config
+from entrodrop.report import read_run
+
+REPO = Path(__file__).resolve().parent.parent
+TINY = REPO / "assets" / "tiny"
+TUNE = [sys.executable, "-c", "import sys; from torchtune._cli.tune import main; sys.argv[0] = 'tune'; main()"]
+
+MODELS = {  # name: (model type, builder arguments, training config, precompute config)
+    "qwen3_0_6b": ("QWEN3", shapes.QWEN3_0_6B, "configs/qwen3/0.6B_entrodrop_single_device.yaml",
+                   "configs/qwen3/0.6B_precompute_entropy.yaml"),
+    "qwen3_1_7b": ("QWEN3", shapes.QWEN3_1_7B, "configs/qwen3/1.7B_entrodrop_single_device.yaml",
+                   "configs/qwen3/1.7B_precompute_entropy.yaml"),
+    "llama3_1_8b": ("LLAMA3", shapes.LLAMA3_1_8B, "configs/llama3_1/8B_instruct_entrodrop_single_device.yaml",
+                    "configs/llama3_1/8B_instruct_precompute_entropy.yaml"),
+    "tiny": ("QWEN3", None, "configs/tiny/qwen3_entrodrop_single_device.yaml", "configs/tiny/qwen3_precompute_entropy.yaml"),
+}
+
+
+def build(model_type: str, args: dict):
+    from entrodrop.models.qwen3 import qwen3
+    from torchtune.models.llama3_1 import llama3_1
+
+    return (qwen3 if model_type == "QWEN3" else llama3_1)(**args)
+
+
+def flops_per_token(model_type: str, args: dict, seq_len: int) -> tuple:
+    """(training, forward-only) FLOPs per token: 6N + 12·L·H·Q·T and 2N + 4·L·H·Q·T."""
+    with torch.device("meta"):
+        model = build(model_type, args)
+    n = sum(p.numel() for p in model.parameters())
+    if not args.get("tie_word_embeddings", False):
+        n -= model.tok_embeddings.weight.numel()  # a lookup; the untied output projection stays
+    head_dim = args.get("head_dim") or args["embed_dim"] // args["num_heads"]
+    attention = args["num_layers"] * args["num_heads"] * head_dim * seq_len
+    return 6 * n + 12 * attention, 2 * n + 4 * attention
+
+
+def write_checkpoint(out: Path, model_type: str, args: dict, device: str) -> None:
+    """A random-weight Hugging Face checkpoint of this shape, in bf16, with the tiny tokenizer's files."""
+    from safetensors.torch import save_file
+
+    from entrodrop.checkpointing import CONVERTERS
+    from torchtune.modules.transforms.tokenizers import parse_hf_tokenizer_json
+
+    if (out / "config.json").exists():
+        return
+    with torch.device(device):
+        model = build(model_type, args).to(torch.bfloat16)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            param.fill_(1.0) if name.endswith("scale") else param.normal_(0.0, 0.02)
+    eos = parse_hf_tokenizer_json(str(TINY / "tokenizer" / "tokenizer.json"))["<|endoftext|>"]
+    config = hf_config(model_type, args, torch_dtype="bfloat16", bos_token_id=eos, eos_token_id=eos)
+    out.mkdir(parents=True)
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    state = {k: v.contiguous().cpu() for k, v in CONVERTERS[model_type][1](model.state_dict(), config).items()}
+    save_file(state, out / "model.safetensors", metadata={"format": "pt"})
+    for f in (TINY / "tokenizer").iterdir():
+        (out / f.name).write_bytes(f.read_bytes())
+
+
+def write_corpora(out: Path, target_chars: int, general_chars: int) -> None:
+    """target.jsonl and general.jsonl: standard-library modules, split at blank-line pairs, in
+    sorted file order (general from the end of the list, so the two share no text)."""
+    import sysconfig
+
+    files = sorted(Path(sysconfig.get_paths()["stdlib"]).rglob("*.py"))
+    out.mkdir(parents=True, exist_ok=True)
+    for name, chars, order in [("target", target_chars, files), ("general", general_chars, files[::-1])]:
+        written = 0
+        with (out / f"{name}.jsonl").open("w", encoding="utf-8") as f:
+            for path in order:
+                try:
+                    text = path.read_text(encoding="utf-8")
+                except (UnicodeDecodeError, OSError):
+                    continue
+                for block in text.split("\n\n\n"):
+                    if len(block.strip()) >= 200 and written < chars:
+                        f.write(json.dumps({"text": block[:8000]}) + "\n")
+                        written += len(block[:8000])
+                if written >= chars:
+                    break
+
+
+def tune(log: Path, *args: str) -> subprocess.CompletedProcess:
+    """``tune run <args>`` from the repository root; its output goes to ``log``."""
+    result = subprocess.run([*TUNE, "run", *args], cwd=REPO, capture_output=True, text=True)
+    log.write_text(result.stdout + result.stderr)
+    return result
+
+
+def failure(result: subprocess.CompletedProcess) -> str:
+    """The last line of a failed stage's error, for the table."""
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    return ("out of memory" if "OutOfMemoryError" in result.stderr or "out of memory" in result.stderr
+            else (lines[-1][:120] if lines else f"exit status {result.returncode}"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="qwen3_0_6b,qwen3_1_7b", help=f"comma-separated, of {sorted(MODELS)}")
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--seq-len", type=int, default=4096)
+    parser.add_argument("--rows", type=int, default=16, help="rows of --seq-len tokens a training step")
+    parser.add_argument("--steps", type=int, default=16, help="training steps a run, warm-up included")
+    parser.add_argument("--warmup", type=int, default=6, help="steps left out of the figures (compilation)")
+    parser.add_argument("--repeats", type=int, default=1, help="pairs of off/static runs, interleaved")
+    parser.add_argument("--target-tokens", type=int, default=2_000_000, help="about this many target tokens")
+    parser.add_argument("--peak-tflops", type=float, default=989.0)
+    parser.add_argument("--out", type=Path, default=Path("/tmp/entrodrop_bench_gpu"))
+    args = parser.parse_args()
+    unknown = [m for m in args.models.split(",") if m not in MODELS]
+    if unknown:
+        parser.error(f"--models: unknown {unknown}; choose from {sorted(MODELS)}")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA GPU here; --device cpu --models tiny checks the pipeline on CPU")
+    if not (TINY / ".built").exists():
+        parser.error(f"{TINY} is missing: run `make assets` first (the tokenizer comes from it)")
+    started = time.perf_counter()
+    out = args.out.resolve()
+    data = out / "data"
+    write_corpora(data, target_chars=args.target_tokens * 3, general_chars=args.target_tokens * 2)
+    stores = {name: data / name for name in ("target", "general")}
+    if not (stores["target"] / "manifest.json").exists():
+        result = tune(out / "tokenize.log", "recipes/tokenize_corpus.py", "--config", "configs/tiny/qwen3_tokenize.yaml",
+                      "~corpora.target_val", f"corpora.target.path={data}/target.jsonl",
+                      f"corpora.target.store_dir={stores['target']}", f"corpora.general.path={data}/general.jsonl",
+                      f"corpora.general.store_dir={stores['general']}", f"max_seq_len={args.seq_len}",
+                      "samples_per_shard=4096")
+        if result.returncode:
+            sys.exit(f"tokenize failed, see {out / 'tokenize.log'}:\n{result.stderr[-2000:]}")
+    print(f"device {torch.cuda.get_device_name() if args.device == 'cuda' else 'cpu'}; rows of {args.seq_len} tokens, "
+          f"{args.rows} a training step, {args.steps} steps a run ({args.warmup} warm-up), {args.repeats} off/static "
+          f"pair(s); MFU against {args.peak_tflops:g} TFLOP/s\n")
+    rows = []
+    for name in args.models.split(","):
+        model_type, shape, train_config, precompute_config = MODELS[name]
+        shape = shape or _tiny_shape()
+        train_flops, forward_flops = flops_per_token(model_type, shape, args.seq_len)
+        ckpt = out / "checkpoints" / name
+        write_checkpoint(ckpt, model_type, shape, args.device)
+
+        cache = out / "entropy" / name
+        result = tune(out / f"{name}_precompute.log", "recipes/precompute_entropy.py", "--config", precompute_config,
+                      f"checkpointer.checkpoint_dir={ckpt}", f"target_tokens={stores['target']}", f"cache_dir={cache}",
+                      f"device={args.device}")
+        speed = re.findall(r"\(([\d.]+) tokens/s\)", result.stderr)
+        if result.returncode or not speed:
+            rows.append((name, "precompute", None, None, None, failure(result)))
+        else:
+            tokens_per_s = float(speed[-1])
+            rows.append((name, "precompute", tokens_per_s, tokens_per_s * forward_flops / 1e12 / args.peak_tflops,
+                         None, "forward + entropy of the target corpus, as the recipe logs it"))
+
+        cfg = OmegaConf.load(REPO / train_config)
+        micro = cfg.global_batch_size // cfg.gradient_accumulation_steps
+        overrides = [
+            f"checkpointer.checkpoint_dir={ckpt}", f"data.target_tokens={stores['target']}",
+            f"data.target_entropy={cache}", f"data.general_tokens={stores['general']}", f"data.seq_len={args.seq_len}",
+            f"global_batch_size={args.rows}", f"gradient_accumulation_steps={max(1, args.rows // micro)}",
+            f"total_tokens={args.steps * args.rows * args.seq_len}", f"device={args.device}",
+            "evaluation.validation.target_tokens=null", "evaluation.every_n_epochs=null", "overwrite=True",
+            *[f"evaluation.lm_eval.tasks.{group}=[]" for group in cfg.evaluation.lm_eval.tasks],
+        ]
+        runs = {"none": [], "static": []}
+        for pair in range(args.repeats):
+            for schedule in (("none", "static") if pair % 2 == 0 else ("static", "none")):
+                run_dir = out / "runs" / f"{name}_{schedule}_{pair}"
+                result = tune(out / f"{name}_{schedule}_{pair}.log", "recipes/entrodrop_single_device.py", "--config",
+                              train_config, f"output_dir={run_dir}", f"token_dropout.schedule={schedule}", *overrides)
+                runs[schedule].append(read_run(run_dir)["steps"] if result.returncode == 0 else failure(result))
+        for schedule, label in (("none", "train, EntroDrop off"), ("static", "train, EntroDrop static")):
+            failed = [r for r in runs[schedule] if isinstance(r, str)]
+            if failed:
+                rows.append((name, label, None, None, None, failed[0]))
+                continue
+            steps = [s for run in runs[schedule] for k, s in run.items() if k > args.warmup]
+            tokens_per_s = statistics.median(s["tokens_per_second"] for s in steps)
+            peak = max((s.get("peak_memory_alloc", 0.0) for s in steps), default=0.0) or None
+            rows.append((name, label, tokens_per_s, tokens_per_s * train_flops / 1e12 / args.peak_tflops, peak,
+                         f"median of {len(steps)} steps"))
+        if not any(isinstance(r, str) for r in runs["none"] + runs["static"]):
+            ratios = [b[k]["step_seconds"] / a[k]["step_seconds"]
+                      for a, b in zip(runs["none"], runs["static"]) for k in a if k > args.warmup and k in b]
+            rows.append((name, "EntroDrop step cost (static / off)", None, None, None,
+                         f"{statistics.median(ratios) - 1:+.1%}, median of {len(ratios)} paired steps"))
+
+    print("| model | stage | tokens/s | MFU | peak GiB | note |")
+    print("|---|---|---|---|---|---|")
+    for name, stage, tokens_per_s, mfu, peak, note in rows:
+        print(f"| {name} | {stage} | {'-' if tokens_per_s is None else f'{tokens_per_s:,.0f}'} | "
+              f"{'-' if mfu is None else f'{mfu:.1%}'} | {'-' if peak is None else f'{peak:.1f}'} | {note} |")
+    print(f"\nwall time {time.perf_counter() - started:.0f} s; logs in {out}")
+
+
+def _tiny_shape() -> dict:
+    sys.path.insert(0, str(REPO / "scripts"))
+    from make_tiny_assets import TINY_QWEN3
+
+    return TINY_QWEN3
+
+
+if __name__ == "__main__":
+    main()

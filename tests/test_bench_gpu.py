@@ -1,0 +1,37 @@
+"""scripts/bench_gpu.py's pipeline on CPU with the tiny model: it builds its corpora and
+checkpoint, runs tokenize, precompute and the paired off/static training through `tune run`,
+and prints every row of its table. The GPU figures themselves come from a GPU machine."""
+
+import subprocess
+import sys
+
+import torch
+
+from conftest import REPO
+
+BENCH = [sys.executable, str(REPO / "scripts" / "bench_gpu.py")]
+
+
+def test_the_gpu_benchmark_runs_its_whole_pipeline_on_cpu(tiny_assets, tmp_path):
+    result = subprocess.run([*BENCH, "--device", "cpu", "--models", "tiny", "--steps", "5", "--warmup", "2",
+                             "--seq-len", "256", "--rows", "8", "--target-tokens", "40000", "--out", str(tmp_path)],
+                            cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = {line.split(" | ")[1]: line.split(" | ") for line in result.stdout.splitlines() if line.startswith("| tiny")}
+    assert set(rows) == {"precompute", "train, EntroDrop off", "train, EntroDrop static",
+                         "EntroDrop step cost (static / off)"}, result.stdout
+    for stage in ("precompute", "train, EntroDrop off", "train, EntroDrop static"):
+        assert float(rows[stage][2].replace(",", "")) > 0, rows[stage]  # tokens/s
+    assert "median of 3 paired steps" in rows["EntroDrop step cost (static / off)"][5]
+    assert (tmp_path / "runs" / "tiny_static_0" / "logs").is_dir()
+
+
+def test_bad_arguments_are_refused(tiny_assets, tmp_path):
+    result = subprocess.run([*BENCH, "--models", "qwen3_0_6b,gpt2", "--out", str(tmp_path)], cwd=REPO,
+                            capture_output=True, text=True)
+    assert result.returncode == 2 and "--models: unknown ['gpt2']" in result.stderr
+    if not torch.cuda.is_available():
+        result = subprocess.run([*BENCH, "--models", "qwen3_0_6b", "--out", str(tmp_path)], cwd=REPO,
+                                capture_output=True, text=True)
+        assert result.returncode == 2 and "no CUDA GPU here" in result.stderr
+    assert not any(tmp_path.iterdir())  # nothing was written
