@@ -6,7 +6,9 @@ Section 3 of the paper, for a target-domain sample X = [x_1 .. x_T] at training 
   (``entropy_gate``); tokens without an entropy (a document's first token, general-domain
   tokens, padding) are never gated.
 - Eq. 7, the curriculum: gamma_max(j) = gamma_max / (1 + exp(-sharpness * (j - midpoint)))
-  (``gamma_max_at``), and gamma_j ~ U(0, gamma_max(j)) (``draw_gamma``).
+  (``gamma_max_at``), and gamma_j ~ U(0, gamma_max(j)) (``draw_gamma``). The paper takes j0 from
+  a baseline run's validation curve; ``midpoint: auto`` finds it in the same run
+  (``auto_midpoint``), with gamma_max(j) = 0 exactly until then.
 - Eq. 6, the mask: P(m_t = 0) = gamma_j * g_t (``drop_mask``).
 - Eq. 4, the input: x~_t = m_t x_t + (1 - m_t) e_bar, e_bar the mean of the BASE model's token
   embedding matrix (Appendix A.3; ``mean_embedding``, ``perturb_embeddings``). Labels never change.
@@ -18,7 +20,7 @@ draws the same masks and several processes draw, for their rows, what one proces
 import hashlib
 import math
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -28,6 +30,7 @@ from entrodrop.loader import TARGET
 
 TARGETING = ("low", "high", "random")
 SCHEDULES = ("sigmoid", "static", "none")
+AUTO = "auto"  # token_dropout.midpoint: auto (see auto_midpoint)
 
 
 def row_generator(seed: int, step: int, row: int, device: torch.device = torch.device("cpu"),
@@ -55,26 +58,74 @@ def gamma_max_at(step: int, gamma_max: float, schedule: str, sharpness: float, m
     return gamma_max / (1.0 + math.exp(-z)) if z > -700 else 0.0  # exp(700) is near float's limit
 
 
-def midpoint_step(midpoint: float, midpoint_unit: str, step: int, target_epoch: float) -> float:
+def midpoint_step(midpoint: Optional[float], midpoint_unit: str, step: int, target_epoch: float) -> float:
     """j0 of Eq. 7 in steps, for the batch of ``step`` (0-based) that brings the stream to
     ``target_epoch`` (the figure the logs show).
 
     In ``epochs``, j0 is where the stream reaches epoch ``midpoint`` at the pace it has had so
     far, (step + 1) / target_epoch steps an epoch: the real tokens of packed rows, not a
     pre-run estimate from token slots. So gamma_max(j) is half its value exactly at the batch
-    whose target_epoch crosses the midpoint.
+    whose target_epoch crosses the midpoint. ``None`` is a midpoint not fixed yet
+    (``midpoint: auto``): infinitely far, where the sigmoid is 0 exactly.
 
     Example:
         >>> midpoint_step(2.0, "epochs", step=19, target_epoch=2.0)
         19.0
         >>> midpoint_step(30, "steps", step=19, target_epoch=2.0)
         30
+        >>> gamma_max_at(19, 0.1, "sigmoid", 0.2, midpoint_step(None, "epochs", step=19, target_epoch=2.0))
+        0.0
     """
+    if midpoint is None:
+        return math.inf
     if midpoint_unit == "steps":
         return midpoint
     if target_epoch <= 0:
         return math.inf
     return midpoint * (step + 1) / target_epoch - 1
+
+
+def auto_midpoint(evaluations: Sequence[Tuple[float, int, float]], patience: int,
+                  min_improvement: float) -> Optional[Tuple[float, int]]:
+    """Where ``midpoint: auto`` puts j0: (target epoch, step) of the evaluation with the lowest
+    validation loss, once the loss has stopped improving; None while it still improves.
+
+    The paper sets j0 where a baseline's validation loss turns up. Before j0 an EntroDrop run
+    with ``midpoint: auto`` trains exactly as the baseline does (gamma_max(j) = 0), so the run
+    can watch its own loss instead. An evaluation improves when its loss is below
+    ``(1 - min_improvement)`` times the loss of the last evaluation that improved (the first one
+    does); after ``patience`` evaluations in a row that do not, j0 is fixed at the lowest loss
+    seen so far (ties: the earliest). The evaluations are read in order and the first firing
+    is returned, so adding later evaluations never moves j0: a pure function of the history,
+    as a resumed run and a second run with the same seed need.
+
+    Args:
+        evaluations: (target_epoch, step, all-token validation loss) of each evaluation, oldest first.
+        patience (int): evaluations without improvement before j0 is fixed, >= 1.
+        min_improvement (float): the relative drop that counts as an improvement, in [0, 1).
+
+    Returns:
+        Optional[Tuple[float, int]]: (target_epoch, step) of j0, or None.
+
+    Example:
+        >>> losses = [3.0, 2.5, 2.2, 2.25, 2.3, 2.4]
+        >>> auto_midpoint([(e + 1.0, 10 * (e + 1), x) for e, x in enumerate(losses)], 2, 0.0)
+        (3.0, 30)
+        >>> auto_midpoint([(e + 1.0, 10 * (e + 1), x) for e, x in enumerate(losses[:4])], 2, 0.0) is None
+        True
+    """
+    reference, since = math.inf, 0
+    lowest = None
+    for epoch, step, loss in evaluations:
+        if lowest is None or loss < lowest[2]:
+            lowest = (epoch, step, loss)
+        if loss < reference * (1.0 - min_improvement):
+            reference, since = loss, 0
+        else:
+            since += 1
+            if since >= patience:
+                return lowest[0], lowest[1]
+    return None
 
 
 def draw_gamma(gamma_max_j: float, generator: torch.Generator) -> float:
@@ -155,7 +206,8 @@ class TokenDropout:
     """The token-dropout settings of a run; ``plan`` draws one step's mask.
 
     ``midpoint`` is in ``midpoint_unit`` (``steps``, or ``epochs`` of the target corpus as the
-    stream realizes them: see ``midpoint_step``).
+    stream realizes them: see ``midpoint_step``); None while ``midpoint: auto`` has not fixed
+    it, and gamma_max(j) is 0 exactly until then.
     """
 
     targeting: str
@@ -163,7 +215,7 @@ class TokenDropout:
     schedule: str
     gamma_max: float
     sharpness: float
-    midpoint: float
+    midpoint: Optional[float]
     midpoint_unit: str
     seed: int
 

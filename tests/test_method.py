@@ -9,6 +9,7 @@ from entrodrop.method import (
     EmbeddingHook,
     TokenDropout,
     add_hidden_dropout,
+    auto_midpoint,
     draw_gamma,
     drop_mask,
     entropy_gate,
@@ -195,3 +196,57 @@ def test_the_epoch_midpoint_is_half_way_where_the_realized_epoch_crosses_it():
     # within one step: nearer to half than one step's change of the schedule
     assert values[crossing][1] - 0.05 < values[crossing][1] - values[crossing - 1][1]
     assert gamma_max_at(0, 0.1, "sigmoid", 0.02, midpoint_step(25, "epochs", 0, 0.0)) == 0.0
+
+
+def evaluations(losses, steps_per_evaluation=10, epochs_per_evaluation=0.5):
+    """(target_epoch, step, loss) of evaluations at a fixed cadence."""
+    return [((k + 1) * epochs_per_evaluation, (k + 1) * steps_per_evaluation, loss) for k, loss in enumerate(losses)]
+
+
+def test_auto_midpoint_fixes_j0_at_the_lowest_loss_once_it_stops_improving_for_patience_evaluations():
+    turns_up = evaluations([3.0, 2.6, 2.4, 2.45, 2.5, 2.7])
+    assert auto_midpoint(turns_up, patience=1, min_improvement=0.0) == (1.5, 30)  # at the 4th evaluation
+    assert auto_midpoint(turns_up, patience=3, min_improvement=0.0) == (1.5, 30)  # at the 6th
+    assert auto_midpoint(turns_up[:5], patience=3, min_improvement=0.0) is None  # only 2 without improvement yet
+    assert auto_midpoint(turns_up, patience=4, min_improvement=0.0) is None
+    # Patience counts evaluations in a row: an improvement in between starts the count again.
+    dips = evaluations([3.0, 2.5, 2.6, 2.4, 2.45, 2.5])
+    assert auto_midpoint(dips, patience=2, min_improvement=0.0) == (2.0, 40)
+    assert auto_midpoint(dips[:4], patience=2, min_improvement=0.0) is None
+
+
+def test_auto_midpoint_never_fixes_j0_while_the_loss_keeps_falling():
+    falling = evaluations([3.0 * 0.99 ** k for k in range(200)])
+    assert all(auto_midpoint(falling[:n], 1, 0.0) is None for n in range(len(falling) + 1))
+    assert auto_midpoint(evaluations([2.0]), 1, 0.0) is None and auto_midpoint([], 1, 0.0) is None
+    # With a 2% threshold, 1% and then 1.99% below the last improvement are none: j0 at the lowest.
+    assert auto_midpoint(falling, 2, 0.02) == (1.5, 30)
+
+
+def test_auto_midpoint_improvement_is_relative_to_the_last_improvement():
+    # Each evaluation falls by 0.6%: below a 1% threshold one at a time, above it two together,
+    # so a slow steady fall keeps counting as improvement; j0 is the lowest loss, not the last
+    # evaluation that counted as an improvement.
+    slow = evaluations([2.0, 2.0 * 0.994, 2.0 * 0.994 ** 2, 2.0 * 0.994 ** 3, 2.0 * 0.994 ** 4])
+    assert auto_midpoint(slow, patience=2, min_improvement=0.01) is None
+    plateau = evaluations([2.0, 1.8, 1.79, 1.795, 1.80])  # 1.79 is lower but not 1% lower than 1.8
+    assert auto_midpoint(plateau, patience=3, min_improvement=0.01) == (1.5, 30)
+    assert auto_midpoint(plateau, patience=3, min_improvement=0.0) is None  # 1.79 improved: 2 since
+    # ties are no improvement, and j0 is the earliest of equal losses
+    assert auto_midpoint(evaluations([2.0, 1.5, 1.5, 1.5]), patience=2, min_improvement=0.0) == (1.0, 20)
+
+
+def test_auto_midpoint_is_fixed_once_later_evaluations_never_move_it():
+    losses = [3.0, 2.5, 2.2, 2.25, 2.3, 1.0, 0.5]  # falls again after it was fixed at the 5th
+    first = next(n for n in range(1, len(losses) + 1) if auto_midpoint(evaluations(losses[:n]), 2, 0.0))
+    assert first == 5
+    assert {auto_midpoint(evaluations(losses[:n]), 2, 0.0) for n in range(first, len(losses) + 1)} == {(1.5, 30)}
+
+
+def test_a_midpoint_not_yet_fixed_keeps_gamma_max_at_zero_exactly():
+    h, docs = packed_entropy(torch.Generator().manual_seed(3))
+    for unit in ("epochs", "steps"):
+        waiting = TokenDropout("low", 0.5, "sigmoid", 0.1, 10.0, None, unit, 0)
+        for step in (0, 5, 10_000):
+            assert waiting.plan(h, docs, step, 100.0, range(2)) == (None, 0.0, 0.0)
+    assert gamma_max_at(10_000, 0.1, "sigmoid", 10.0, midpoint_step(None, "steps", 10_000, 1.0)) == 0.0
