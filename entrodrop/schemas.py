@@ -12,7 +12,7 @@ valid on their own, so one mistake is not reported twice.
 
 import os
 from pathlib import Path
-from typing import Callable, List, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from omegaconf import DictConfig
 
@@ -31,7 +31,7 @@ from entrodrop.config_check import (
     raise_problems,
     string,
 )
-from entrodrop.method import SCHEDULES, TARGETING
+from entrodrop.method import AUTO, SCHEDULES, TARGETING
 
 Rule = Tuple[Sequence[str], Callable[[DictConfig], List[str]]]  # (keys it reads, cfg -> problems)
 
@@ -39,6 +39,12 @@ TOKEN_STORE = existing_dir("store", "manifest.json", "run recipes/tokenize_corpu
 ENTROPY_CACHE = existing_dir("store", "manifest.json", "run recipes/precompute_entropy.py")
 DTYPES = ("fp32", "bf16", "fp16")
 MIDPOINT_UNITS = ("steps", "epochs")
+
+def midpoint_or_auto(value) -> Optional[str]:
+    """A number >= 0, or ``auto`` (j0 found in training: ``entrodrop.method.auto_midpoint``)."""
+    why = None if value == AUTO else number_in(0, float("inf"))(value)
+    return why and f"{why}, or {AUTO}"
+
 
 MODEL = {
     "device": string(),
@@ -84,8 +90,11 @@ TRAINING = {
         "schedule": one_of(*SCHEDULES),
         "gamma_max": number_in(0, 1),
         "sharpness": positive_number(),
-        "midpoint": number_in(0, float("inf")),
+        "midpoint": midpoint_or_auto,
         "midpoint_unit": one_of(*MIDPOINT_UNITS),
+        # midpoint: auto only: evaluations without improvement, and the relative drop that counts.
+        "auto_patience": integer(minimum=1),
+        "auto_min_improvement": number_in(0, 1, high_open=True),
     },
     "neftune_alpha": number_in(0, float("inf")),
     "hidden_dropout": number_in(0, 1, high_open=True),
@@ -123,12 +132,23 @@ RENAMED = {
 
 # What a resumed run may change: where and how it is watched and stored, not what it trains.
 # Everything else (model, data stores, budget, method, optimizer, seed...) must match the
-# checkpoint's saved config.
+# checkpoint's saved config. ``may_change_on_resume`` adjusts it for ``midpoint: auto``.
 MAY_CHANGE_ON_RESUME = (
     "output_dir", "checkpointer.output_dir", "resume", "overwrite", "device", "compile",
     "enable_activation_checkpointing", "tokenizer", "evaluation", "save_every_n_steps",
     "keep_last_n_checkpoints", "keep_pruned_weights", "log_every_n_steps", "metric_logger",
 )
+AUTO_KEYS = ("token_dropout.auto_patience", "token_dropout.auto_min_improvement")
+
+
+def may_change_on_resume(cfg: DictConfig) -> Tuple[str, ...]:
+    """``MAY_CHANGE_ON_RESUME`` for this config. With ``token_dropout.midpoint: auto`` the
+    evaluation cadence and the validation data decide where the curriculum starts, so they
+    must match the checkpoint's (the lm-eval tasks may still change); with a number the auto
+    keys are not read, and a checkpoint saved before they existed resumes."""
+    if cfg.token_dropout.midpoint == AUTO:
+        return tuple(k for k in MAY_CHANGE_ON_RESUME if k != "evaluation") + ("evaluation.lm_eval",)
+    return MAY_CHANGE_ON_RESUME + AUTO_KEYS
 
 
 def _checkpoint_dir(cfg: DictConfig) -> List[str]:
@@ -160,11 +180,31 @@ def _validation_pair(cfg: DictConfig) -> List[str]:
     return []
 
 
+def _auto_midpoint(cfg: DictConfig) -> List[str]:
+    """``midpoint: auto`` watches the all-token validation loss at the evaluation cadence."""
+    td, ev = cfg.token_dropout, cfg.evaluation
+    if td.midpoint != AUTO:
+        return []
+    problems = []
+    if td.schedule == "static":
+        problems.append("token_dropout.midpoint=auto places the sigmoid curriculum, but schedule=static has none "
+                        "(it drops at gamma_max from step 0): use schedule=sigmoid, or a number for midpoint")
+    if ev.validation.target_tokens is None:
+        problems.append("token_dropout.midpoint=auto needs the validation loss, but evaluation.validation.target_tokens"
+                        "=null: set the held-out token store and its entropy cache, or a number for midpoint")
+    if ev.every_n_steps is None and ev.every_n_epochs is None:
+        problems.append("token_dropout.midpoint=auto needs evaluations during training, but evaluation.every_n_steps"
+                        " and evaluation.every_n_epochs are both null (only the last step is evaluated): set one")
+    return problems
+
+
 TRAINING_RULES: List[Rule] = [
     (["checkpointer"], _checkpoint_dir),
     (["global_batch_size", "gradient_accumulation_steps"], _batch_split),
     (["data.target_entropy", "token_dropout.schedule", "token_dropout.targeting"], _entropy_needed),
     (["evaluation.validation.target_tokens", "evaluation.validation.target_entropy"], _validation_pair),
+    (["token_dropout.midpoint", "token_dropout.schedule", "evaluation.validation.target_tokens",
+      "evaluation.every_n_steps", "evaluation.every_n_epochs"], _auto_midpoint),
 ]
 
 # Who runs the lm-eval tasks offline: the project's adapter, or lm-eval's own model classes on

@@ -120,3 +120,52 @@ def test_a_checkpoint_saved_with_a_renamed_evaluation_key_resumes():
     del saved["evaluation"]["every_n_epochs"]
     saved["evaluation"]["at_epoch_end"] = True
     assert differences(saved, plain(now), schemas.MAY_CHANGE_ON_RESUME) == []
+
+
+def test_midpoint_is_a_number_or_auto_and_auto_needs_validation_evaluated_during_training():
+    cfg = OmegaConf.load(TINY_TRAINING)
+    cfg.token_dropout.midpoint = "auto"
+    assert training_problems(cfg) == []
+    for value, why in [("soon", "must be a number in [0, inf], or auto"), (-1, "must be in [0, inf], or auto")]:
+        cfg.token_dropout.midpoint = value
+        assert training_problems(cfg) == [f"token_dropout.midpoint={value} {why}"]
+    cfg.token_dropout.midpoint = "auto"
+    cfg.token_dropout.auto_patience = 0
+    cfg.token_dropout.auto_min_improvement = 1.0
+    assert training_problems(cfg) == ["token_dropout.auto_patience=0 must be a positive integer",
+                                      "token_dropout.auto_min_improvement=1.0 must be in [0, 1)"]
+    cfg = OmegaConf.load(TINY_TRAINING)
+    cfg.token_dropout.midpoint = "auto"
+    cfg.evaluation.validation.target_tokens = None
+    cfg.evaluation.every_n_steps = cfg.evaluation.every_n_epochs = None
+    cfg.token_dropout.schedule = "static"
+    problems = training_problems(cfg)
+    for line in ("token_dropout.midpoint=auto needs the validation loss, but evaluation.validation.target_tokens=null",
+                 "evaluation.every_n_steps and evaluation.every_n_epochs are both null",
+                 "token_dropout.midpoint=auto places the sigmoid curriculum, but schedule=static has none"):
+        assert any(line in p for p in problems), (line, problems)
+    assert len(problems) == 3, problems
+    # a number needs none of it, and schedule none (a baseline) may keep midpoint: auto
+    cfg.token_dropout.midpoint, cfg.token_dropout.schedule = 2, "static"
+    assert training_problems(cfg) == []
+    cfg.token_dropout.midpoint, cfg.token_dropout.schedule = "auto", "none"
+    cfg.evaluation.every_n_steps = 5
+    assert [p for p in training_problems(cfg) if "schedule" in p] == []
+
+
+def test_with_midpoint_auto_a_resume_must_keep_the_evaluation_that_places_j0():
+    numeric = OmegaConf.load(TINY_TRAINING)
+    auto = OmegaConf.load(TINY_TRAINING)
+    auto.token_dropout.midpoint = "auto"
+    saved = plain(auto)
+    now = plain(auto)
+    now["evaluation"]["every_n_epochs"] = 2
+    now["evaluation"]["lm_eval"]["limit"] = 4
+    assert differences(saved, now, schemas.may_change_on_resume(auto)) == [
+        "evaluation.every_n_epochs: checkpoint has 1, now 2"]
+    # With a number the evaluation may change, and a checkpoint saved before the auto keys existed resumes.
+    older = plain(numeric)
+    del older["token_dropout"]["auto_patience"], older["token_dropout"]["auto_min_improvement"]
+    now = plain(numeric)
+    now["evaluation"]["every_n_epochs"] = 2
+    assert differences(older, now, schemas.may_change_on_resume(numeric)) == []
