@@ -186,7 +186,8 @@ def already_scored(records: List[Dict], checkpoint: str, tasks: List[str], limit
 def record_evaluation(eval_dir, record: Dict, target_group: str) -> Dict:
     """Append one evaluation to ``evals.jsonl`` and rewrite ``summary.json``: the best checkpoint
     by ``target_group`` average among the most complete scores (``most_complete``; by validation
-    loss when no task ran), the best epoch and the minimum validation loss so far."""
+    loss when no task ran), the best epoch and the minimum validation loss so far, and the j0
+    that ``midpoint: auto`` fixed (``auto_midpoint``: target epoch, step, and the step that fixed it)."""
     eval_dir = Path(eval_dir)
     eval_dir.mkdir(parents=True, exist_ok=True)
     with (eval_dir / "evals.jsonl").open("a") as f:
@@ -199,6 +200,9 @@ def record_evaluation(eval_dir, record: Dict, target_group: str) -> Dict:
         lowest = best_epoch(with_loss)
         summary.update(best_epoch=lowest["target_epoch"], best_epoch_step=lowest["step"],
                        min_val_loss=lowest["val_loss"]["all"])
+    fixed = [r["auto_midpoint"] for r in records if r.get("auto_midpoint")]
+    if fixed:  # midpoint: auto, once it has fixed j0 (every later record carries it)
+        summary["auto_midpoint"] = fixed[-1]
     if scored or with_loss:  # the paper's selection: the target group's average, else the loss
         best = max(scored, key=lambda r: r["groups"][target_group]) if scored else lowest
         by, score = ((f"{target_group} average", best["groups"][target_group]) if scored

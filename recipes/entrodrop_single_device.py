@@ -8,8 +8,10 @@ a forward hook on the token embedding puts e_bar at the dropped positions, and t
 forward and backward run. The baselines of the paper are settings of the same recipe:
 ``token_dropout.targeting`` (low | high | random), ``token_dropout.schedule``
 (sigmoid | static | none), ``neftune_alpha``, ``hidden_dropout`` and the optimizer's
-``weight_decay``. Checkpoints are Hugging Face directories with the training state beside the
-weights; ``resume: True`` continues from the latest one exactly where it stopped.
+``weight_decay``. ``token_dropout.midpoint: auto`` keeps the curriculum off until the run's own
+validation loss stops improving and fixes j0 there. Checkpoints are Hugging Face directories with
+the training state beside the weights; ``resume: True`` continues from the latest one exactly
+where it stopped.
 
 The distributed recipe (recipes/entrodrop_distributed.py) is a deliberate copy with FSDP2.
 """
@@ -18,8 +20,10 @@ import math
 import os
 import sys
 import time
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
+from typing import Optional
 
 import torch
 from omegaconf import DictConfig
@@ -40,9 +44,11 @@ from entrodrop.evaluation import (
 )
 from entrodrop.loader import block_causal_mask, build_loader, describe_budget, plan_budget
 from entrodrop.method import (
+    AUTO,
     EmbeddingHook,
     TokenDropout,
     add_hidden_dropout,
+    auto_midpoint,
     mean_embedding,
     perturb_embeddings,
     plan_perturbation,
@@ -112,8 +118,14 @@ class EntroDropRecipeSingleDevice:
         self._model.set_num_output_chunks(self._loss_fn.num_output_chunks)
 
         td = cfg.token_dropout
-        self._dropout = TokenDropout(td.targeting, td.gate_percentile, td.schedule, td.gamma_max,
-                                     td.sharpness, td.midpoint, td.midpoint_unit, self._seed)
+        # midpoint: auto starts unfixed (None: gamma_max(j) = 0 exactly) until an evaluation fixes
+        # j0 (_watch_midpoint); a resumed run takes the checkpoint's j0 and validation losses.
+        self._auto_rule = (td.auto_patience, td.auto_min_improvement) if td.midpoint == AUTO else None
+        self._val_losses, self._j0 = (state["val_losses"], state["j0"]) if state and self._auto_rule else ([], None)
+        self._dropout = TokenDropout(td.targeting, td.gate_percentile, td.schedule, td.gamma_max, td.sharpness,
+                                     None if self._auto_rule else td.midpoint, td.midpoint_unit, self._seed)
+        if self._j0:
+            self._fix_midpoint(self._j0)
         self._optimizer = config.instantiate(cfg.optimizer, self._model.parameters())
         self._lr_scheduler = config.instantiate(cfg.lr_scheduler, self._optimizer, num_training_steps=self._num_steps)
         if state:
@@ -141,7 +153,7 @@ class EntroDropRecipeSingleDevice:
                 log.info(f"overwrite=True: the earlier run was moved to {', '.join(map(str, moved))}")
             return None, None
         num_steps = cfg.total_tokens // (cfg.global_batch_size * cfg.data.seq_len)
-        return resume_state(checkpoints, self._config, num_steps, schemas.MAY_CHANGE_ON_RESUME)
+        return resume_state(checkpoints, self._config, num_steps, schemas.may_change_on_resume(cfg))
 
     def _setup_tasks(self, cfg: DictConfig) -> None:
         """lm-eval's task index, and every problem with the configured tasks."""
@@ -232,10 +244,13 @@ class EntroDropRecipeSingleDevice:
             evaluate = self._evaluator.enabled and evaluation_due(
                 self._step, self._num_steps, epoch, batch["target_epoch"], self._eval_every, self._eval_every_n_epochs)
             epoch = batch["target_epoch"]
+            # Evaluated before the save, so the checkpoint holds what the evaluation decided (the j0
+            # of midpoint: auto); recorded after, so evals.jsonl names only checkpoints that exist.
+            record = self._evaluate(epoch) if evaluate else None
             if self._step % self._save_every == 0 or epoch_ended or evaluate or self._step == self._num_steps:
-                checkpoint = self.save_checkpoint(epoch)
-            if evaluate:
-                self._evaluate(epoch, str(checkpoint))
+                self.save_checkpoint(epoch)
+            if record:
+                self._record_evaluation(record)
         progress.close()
 
     def _setup_evaluation(self, cfg: DictConfig) -> None:
@@ -256,23 +271,55 @@ class EntroDropRecipeSingleDevice:
                                     ev.lm_eval.allow_code_execution, 0, 1)
         self._target_group = ev.lm_eval.target_group
 
-    def _evaluate(self, target_epoch: float, checkpoint: str) -> None:
-        """Evaluate with nothing perturbed, then back to training."""
+    def _evaluate(self, target_epoch: float) -> dict:
+        """Evaluate with nothing perturbed, then back to training; the record of the checkpoint
+        saved next. With midpoint: auto it carries j0 (None until fixed)."""
         self._model.eval()
         self._embedding_hook.set(None)
-        record = self._evaluator(self._step, target_epoch, checkpoint)
+        record = self._evaluator(self._step, target_epoch, str(self._checkpointer.output_dir / f"step_{self._step}"))
         self._model.train()
+        if self._auto_rule:
+            record["auto_midpoint"] = self._watch_midpoint(record)
+        return record
+
+    def _watch_midpoint(self, record: dict) -> Optional[dict]:
+        """midpoint: auto. Adds this evaluation's all-token validation loss; once the loss has
+        stopped improving (``auto_midpoint``), j0 is fixed at its lowest evaluation for the rest
+        of the run, and the sigmoid of Eq. 7 runs from there. Returns j0, or None."""
+        if self._j0 is None:
+            self._val_losses.append((record["target_epoch"], record["step"], record["val_loss"]["all"]))
+            found = auto_midpoint(self._val_losses, *self._auto_rule)
+            if found:
+                self._fix_midpoint({"target_epoch": found[0], "step": found[1], "fixed_at_step": self._step})
+                log.info(f"midpoint: auto fixed j0 at target epoch {found[0]:.2f} (step {found[1]}), the lowest validation "
+                         f"loss so far, after {self._auto_rule[0]} evaluations in a row without a relative improvement "
+                         f"above {self._auto_rule[1]:g}; the curriculum runs from step {self._step + 1}")
+        return self._j0
+
+    def _fix_midpoint(self, j0: dict) -> None:
+        """Train from here with j0 (in midpoint_unit) of midpoint: auto."""
+        self._j0 = j0
+        self._dropout = replace(self._dropout, midpoint=j0["target_epoch"] if self._dropout.midpoint_unit == "epochs"
+                                else j0["step"])
+
+    def _record_evaluation(self, record: dict) -> None:
+        """evals.jsonl and summary.json, the metric log (with j0 at the step that fixed it) and a log line."""
         summary = record_evaluation(self._output_dir / "eval", record, self._target_group)
         flat = {f"val_loss_{k}": v for k, v in record.get("val_loss", {}).items()}
         flat.update({f"{g}_average": v for g, v in record.get("groups", {}).items()})
+        j0 = record.get("auto_midpoint")
+        if j0 and j0["fixed_at_step"] == self._step:
+            flat.update(midpoint_epoch=j0["target_epoch"], midpoint_step=j0["step"])
         self._metric_logger.log_dict(flat, step=self._step)
-        log.info(f"evaluation at step {self._step} (epoch {target_epoch:.2f}): {flat}; best: {summary.get('best_checkpoint')}")
+        log.info(f"evaluation at step {self._step} (epoch {record['target_epoch']:.2f}): {flat}; "
+                 f"best: {summary.get('best_checkpoint')}")
 
     def save_checkpoint(self, target_epoch: float) -> Path:
         state = {
             "step": self._step, "seed": self._seed, "e_bar": self._e_bar.cpu(),
             "optimizer": self._optimizer.state_dict(), "lr_scheduler": self._lr_scheduler.state_dict(),
             "loader": self._loader.state_dict(), "rng": torch.get_rng_state(), "config": self._config,
+            "val_losses": self._val_losses, "j0": self._j0,  # midpoint: auto
         }
         path = self._checkpointer.save_checkpoint({"model": self._model.state_dict()}, f"step_{self._step}", state,
                                                    {"step": self._step, "target_epoch": target_epoch})

@@ -74,17 +74,18 @@ def test_two_processes_train_and_evaluate_like_one(data, tune_run, tmp_path):
     assert summary["min_val_loss"] == min(e["val_loss"]["all"] for e in evals["one"])
 
 
-def kill_at_checkpoint(args, out: Path, nproc: int) -> None:
+def kill_at_checkpoint(args, out: Path, nproc: int, step: int = 6, last: int = 30) -> None:
+    """Start the run and SIGKILL it as soon as checkpoint ``step_<step>`` exists."""
     launcher = ["--nproc_per_node", str(nproc)] if nproc > 1 else []
     proc = subprocess.Popen([TUNE, "run", *launcher, *args], cwd=REPO, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
     deadline = time.monotonic() + 300
-    while not (out / "checkpoints" / "step_6").exists() and time.monotonic() < deadline:
+    while not (out / "checkpoints" / f"step_{step}").exists() and time.monotonic() < deadline:
         time.sleep(0.002)
     os.killpg(proc.pid, signal.SIGKILL)  # the launcher and every worker
     proc.wait()
-    assert not (out / "checkpoints" / "step_30").exists(), "the run ended before it was killed"
+    assert not (out / "checkpoints" / f"step_{last}").exists(), "the run ended before it was killed"
 
 
 @pytest.mark.parametrize("config, nproc", [(SINGLE, 1), (DISTRIBUTED, 2)])
@@ -103,6 +104,68 @@ def test_sigkill_and_resume_logs_the_same_losses(data, tune_run, tmp_path, confi
             assert resumed[step][key] == straight[step][key], (step, key)  # bitwise: same repr
         if step in first:
             assert first[step]["loss"] == straight[step]["loss"]
+
+
+# midpoint: auto on the tiny model: at lr 1e-2 its validation loss (every 3 steps) stops falling
+# within the 30 steps, so that patience 2 fixes j0 half way.
+AUTO = ["total_tokens=61440", "optimizer.lr=1.0e-2", "token_dropout.midpoint=auto", "token_dropout.auto_patience=2",
+        "token_dropout.auto_min_improvement=0.0", "evaluation.every_n_steps=3", "evaluation.every_n_epochs=null",
+        "evaluation.lm_eval.tasks.code=[]", "save_every_n_steps=3"]
+
+
+def fixed_at(steps: dict) -> int:
+    """The step whose log line carries the j0 that midpoint: auto fixed."""
+    fixed = [s for s, m in steps.items() if "midpoint_epoch" in m]
+    assert len(fixed) == 1, fixed
+    return fixed[0]
+
+
+def test_midpoint_auto_trains_as_the_baseline_until_it_fixes_j0(data, tune_run, tmp_path):
+    result = run(tune_run, *train_args(SINGLE, data, tmp_path / "auto", *AUTO))
+    run(tune_run, *train_args(SINGLE, data, tmp_path / "baseline", *AUTO, "token_dropout.schedule=none"))
+    auto, baseline = logged(tmp_path / "auto"), logged(tmp_path / "baseline")
+    fixed = fixed_at(auto)
+    assert 6 < fixed < 27, fixed
+    evals = [json.loads(line) for line in (tmp_path / "auto" / "eval" / "evals.jsonl").read_text().splitlines()]
+    # j0 is the lowest validation loss up to the evaluation that fixed it, two evaluations (patience) before it
+    before = [e for e in evals if e["step"] <= fixed]
+    lowest = min(before, key=lambda e: e["val_loss"]["all"])
+    assert lowest["step"] == fixed - 2 * 3
+    j0 = {"target_epoch": lowest["target_epoch"], "step": lowest["step"], "fixed_at_step": fixed}
+    assert float(auto[fixed]["midpoint_epoch"]) == j0["target_epoch"] and int(float(auto[fixed]["midpoint_step"])) == j0["step"]
+    assert [e.get("auto_midpoint") for e in evals] == [None if e["step"] < fixed else j0 for e in evals]
+    assert json.loads((tmp_path / "auto" / "eval" / "summary.json").read_text())["auto_midpoint"] == j0
+    assert f"midpoint: auto fixed j0 at target epoch {j0['target_epoch']:.2f} (step {j0['step']})" in result.stderr
+    # Until j0 is fixed the curriculum is off, gamma_max(j) = 0 exactly: the baseline's run, bitwise.
+    for step in range(1, fixed + 1):
+        assert auto[step]["gamma_max"] == "0.0" and auto[step]["loss"] == baseline[step]["loss"], step
+    assert all(float(auto[step]["gamma_max"]) > 0.05 for step in range(fixed + 1, 31))  # past j0 already
+    assert auto[fixed + 2]["loss"] != baseline[fixed + 2]["loss"]
+    assert fixed_at(baseline) == fixed  # the baseline would have fixed the same j0
+
+
+@pytest.mark.parametrize("config, nproc", [(SINGLE, 1), (DISTRIBUTED, 2)])
+def test_sigkill_before_and_after_midpoint_auto_fixes_j0_and_resume_logs_the_same_losses(data, tune_run, tmp_path,
+                                                                                         config, nproc):
+    run(tune_run, *train_args(config, data, tmp_path / "straight", *AUTO), nproc=nproc)
+    straight = logged(tmp_path / "straight")
+    fixed = fixed_at(straight)
+    killed = tmp_path / "killed"
+    # Killed before j0 is fixed (the checkpoint holds the validation losses so far), then right after
+    # the checkpoint of the evaluation that fixed it (its recipe state holds j0).
+    kill_at_checkpoint(train_args(config, data, killed, *AUTO), killed, nproc, step=6)
+    assert not (killed / "checkpoints" / f"step_{fixed}").exists()
+    kill_at_checkpoint(train_args(config, data, killed, *AUTO, "resume=True"), killed, nproc, step=fixed)
+    state = torch.load(killed / "checkpoints" / f"step_{fixed}" / "recipe_state.pt", weights_only=False)
+    assert state["j0"]["fixed_at_step"] == fixed and len(state["val_losses"]) == fixed // 3
+    run(tune_run, *train_args(config, data, killed, *AUTO, "resume=True"), nproc=nproc)
+    resumed = logged(killed)
+    assert sorted(resumed) == sorted(straight) == list(range(1, 31))
+    for step in straight:
+        for key in ("loss", "gamma_max", "gamma", "target_dropped", "grad_norm", "target_epoch"):
+            assert resumed[step][key] == straight[step][key], (step, key)  # bitwise: same repr
+    summary = lambda out: json.loads((out / "eval" / "summary.json").read_text())  # noqa: E731
+    assert summary(killed)["auto_midpoint"] == summary(tmp_path / "straight")["auto_midpoint"] == state["j0"]
 
 
 # midpoint 0: tokens are dropped from the first step, so every switch has something to change.
