@@ -12,12 +12,19 @@ more runs ``write_report`` draws
                               per evaluation (figure 1b), when a target group is given
     gamma_schedule.png        gamma_max(j) and the drawn gamma_j against step
     table.md                  per run: best target-group average, best epoch, minimum
-                              validation loss (the paper's table of gamma_max)
+                              validation loss (the paper's table of gamma_max), and the
+                              curriculum midpoint j0 it trained with
 
 and proposes the curriculum midpoint j0 from a baseline run: the target epoch where its
 validation loss stops falling, the paper's "transition from productive learning to
 memorization". A baseline whose loss is lowest at its last evaluation has not turned up yet:
 then nothing is proposed, and the table says so.
+
+A run with ``token_dropout.midpoint: auto`` found j0 itself: its evaluation records carry it
+(``auto_midpoint``: target epoch, step, and the step that fixed it) from the evaluation that
+fixed it on. The plots mark it (dashed), and the baseline's proposal (dotted), so the two can be
+compared. The midpoint a run was configured with comes from ``torchtune_config.yaml``, which
+the recipes write into ``output_dir``.
 
 ``draw_entropy_sample`` is the paper's figure 5c: one held-out sample as text, each token
 shaded by its entropy under the base model, the tokens the gate makes eligible underlined.
@@ -29,9 +36,9 @@ import textwrap
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-import numpy as np
-
 import matplotlib
+import numpy as np
+import yaml
 
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
@@ -64,8 +71,13 @@ def read_run(run_dir: str) -> Dict:
     evals_file = root / "eval" / "evals.jsonl"
     evals = [json.loads(line) for line in evals_file.read_text().splitlines()] if evals_file.exists() else []
     # A resumed run may evaluate a step twice: keep the last.
-    evals = list({e["step"]: e for e in evals}.values())
-    return {"name": root.name, "steps": dict(sorted(steps.items())), "evals": sorted(evals, key=lambda e: e["step"])}
+    evals = sorted({e["step"]: e for e in evals}.values(), key=lambda e: e["step"])
+    # The config as the recipe saved it (torchtune's metric loggers write it): the method's settings.
+    config_file = root / "torchtune_config.yaml"
+    config = yaml.safe_load(config_file.read_text()) if config_file.is_file() else {}
+    fixed = [e["auto_midpoint"] for e in evals if e.get("auto_midpoint")]
+    return {"name": root.name, "steps": dict(sorted(steps.items())), "evals": evals,
+            "token_dropout": (config or {}).get("token_dropout"), "auto_midpoint": fixed[-1] if fixed else None}
 
 
 def summarize(run: Dict, target_group: Optional[str]) -> Dict:
@@ -102,6 +114,22 @@ def propose_midpoint(baseline: Dict) -> Dict:
                     f"(step {best['step']}), where the validation loss of {baseline['name']} stops falling"}
 
 
+def run_midpoint(run: Dict) -> str:
+    """The curriculum midpoint j0 a run trained with, as the table shows it: a number from its
+    config, what ``midpoint: auto`` chose (and the epoch it was fixed at), or ``-`` (no
+    curriculum, or no config to read)."""
+    td = run["token_dropout"]
+    if not td or td.get("schedule") != "sigmoid":
+        return "-"
+    if td.get("midpoint") != "auto":
+        return f"{td['midpoint']:.2f}" if td.get("midpoint_unit") == "epochs" else f"step {td['midpoint']}"
+    j0 = run["auto_midpoint"]
+    if j0 is None:
+        return "auto: not fixed"
+    at = next((e["target_epoch"] for e in run["evals"] if e["step"] == j0["fixed_at_step"]), None)
+    return f"{j0['target_epoch']:.2f} (auto, fixed at {'step ' + str(j0['fixed_at_step']) if at is None else f'{at:.2f}'})"
+
+
 def check_selection(runs: List[Dict], target_group: Optional[str], baseline: Optional[str]) -> List[str]:
     """What is wrong with ``--target-group`` and ``--baseline`` for ``runs``, each with what exists."""
     problems = []
@@ -131,13 +159,22 @@ def write_report(runs: List[Dict], out_dir: str, target_group: Optional[str] = N
         raise ValueError("; ".join(problems))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    color = {run["name"]: cycle[i % len(cycle)] for i, run in enumerate(runs)}  # one colour a run, in every plot
+    midpoint = propose_midpoint(next(run for run in runs if run["name"] == baseline)) if baseline is not None else None
 
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6), sharex=True)
     for ax, bucket in zip(axes, BUCKET_TITLES):
         for run in runs:
             points = [(e["target_epoch"], e["val_loss"][bucket]) for e in run["evals"] if "val_loss" in e]
             if points:
-                ax.plot(*zip(*points), marker="o", label=run["name"])
+                ax.plot(*zip(*points), marker="o", label=run["name"], color=color[run["name"]])
+            if run["auto_midpoint"]:
+                ax.axvline(run["auto_midpoint"]["target_epoch"], color=color[run["name"]], linestyle="--",
+                           label=f"{run['name']}: j0 chosen by auto")
+        if midpoint and midpoint["midpoint_epochs"] is not None:
+            ax.axvline(midpoint["midpoint_epochs"], color=color[baseline], linestyle=":",
+                       label=f"{baseline}: proposed j0")
         ax.set(title=BUCKET_TITLES[bucket], xlabel="target epoch", ylabel="validation loss")
         ax.grid(alpha=0.3)
     axes[0].legend()
@@ -151,7 +188,7 @@ def write_report(runs: List[Dict], out_dir: str, target_group: Optional[str] = N
         for run in runs:
             points = [(e["target_epoch"], e["groups"][group]) for e in run["evals"] if group in e.get("groups", {})]
             if points:
-                ax.plot(*zip(*points), marker="o", label=run["name"])
+                ax.plot(*zip(*points), marker="o", label=run["name"], color=color[run["name"]])
         ax.set(title=f"{group} average", xlabel="target epoch", ylabel="score")
         ax.grid(alpha=0.3)
         ax.legend()
@@ -167,8 +204,14 @@ def write_report(runs: List[Dict], out_dir: str, target_group: Optional[str] = N
     for run in runs:
         steps = [s for s, m in run["steps"].items() if "gamma_max" in m]
         if steps:
-            line, = ax.plot(steps, [run["steps"][s]["gamma_max"] for s in steps], label=f"{run['name']} gamma_max(j)")
-            ax.scatter(steps, [run["steps"][s]["gamma"] for s in steps], s=6, color=line.get_color(), alpha=0.5)
+            ax.plot(steps, [run["steps"][s]["gamma_max"] for s in steps], label=f"{run['name']} gamma_max(j)",
+                    color=color[run["name"]])
+            ax.scatter(steps, [run["steps"][s]["gamma"] for s in steps], s=6, color=color[run["name"]], alpha=0.5)
+        if run["auto_midpoint"]:  # the curriculum is off (0) until the step that fixed j0, in the past by then
+            ax.axvline(run["auto_midpoint"]["step"], color=color[run["name"]], linestyle="--",
+                       label=f"{run['name']}: j0 chosen by auto")
+    if midpoint and midpoint["midpoint_steps"] is not None:
+        ax.axvline(midpoint["midpoint_steps"], color=color[baseline], linestyle=":", label=f"{baseline}: proposed j0")
     ax.set(title="token-dropout schedule (dots: drawn gamma_j)", xlabel="step", ylabel="rate")
     ax.grid(alpha=0.3)
     ax.legend()
@@ -176,17 +219,27 @@ def write_report(runs: List[Dict], out_dir: str, target_group: Optional[str] = N
     fig.savefig(out / "gamma_schedule.png", dpi=110)
     plt.close(fig)
 
-    rows = [summarize(run, target_group) for run in runs]
-    lines = [f"| run | best {target_group or 'target'} average | best epoch | min val loss |", "|---|---|---|---|"]
-    lines += [f"| {r['run']} | {_fmt(r['best_average'], 3)} | {_fmt(r['best_epoch'], 2)} | {_fmt(r['min_val_loss'], 4)} |"
-              for r in rows]
-    midpoint = None
-    if baseline is not None:
-        midpoint = propose_midpoint(next(run for run in runs if run["name"] == baseline))
+    rows = [{**summarize(run, target_group), "midpoint": run_midpoint(run)} for run in runs]
+    if midpoint and midpoint["midpoint_epochs"] is not None:
+        rows[[run["name"] for run in runs].index(baseline)]["midpoint"] = f"{midpoint['midpoint_epochs']:.2f} (proposed)"
+    lines = [f"| run | best {target_group or 'target'} average | best epoch | min val loss | curriculum j0 (epoch) |",
+             "|---|---|---|---|---|"]
+    lines += [f"| {r['run']} | {_fmt(r['best_average'], 3)} | {_fmt(r['best_epoch'], 2)} | {_fmt(r['min_val_loss'], 4)} "
+              f"| {r['midpoint']} |" for r in rows]
+    if midpoint:
         prefix = "Proposed midpoint (j0)" if midpoint["midpoint_epochs"] is not None else "No midpoint (j0)"
         lines += ["", f"{prefix} from {midpoint['run']}: {midpoint['note']}."]
+    for run in runs:
+        j0 = run["auto_midpoint"]
+        if j0:
+            lines += ["", f"`midpoint: auto` in {run['name']} fixed j0 at epoch {j0['target_epoch']:.2f} (step {j0['step']}), "
+                          f"its lowest validation loss, at its evaluation of step {j0['fixed_at_step']}; the curriculum "
+                          "was off (gamma_max = 0) until then."]
+        elif (run["token_dropout"] or {}).get("midpoint") == "auto":
+            lines += ["", f"`midpoint: auto` in {run['name']} never fixed j0: its validation loss kept improving, "
+                          "and the curriculum stayed off."]
     (out / "table.md").write_text("\n".join(lines) + "\n")
-    return {"rows": rows, "midpoint": midpoint,
+    return {"rows": rows, "midpoint": midpoint, "auto_midpoints": {run["name"]: run["auto_midpoint"] for run in runs},
             "files": [str(out / f) for f in (*files, "gamma_schedule.png", "table.md")]}
 
 

@@ -5,8 +5,10 @@
 
 Each argument is a recipe's ``output_dir``. ``--baseline`` names the run (its directory name)
 from which to propose the curriculum midpoint; none is proposed while its validation loss is
-still falling at its last evaluation. A run directory that does not exist, a ``--target-group``
-no run has and a ``--baseline`` no run is named are errors (exit status 2), which list what exists.
+still falling at its last evaluation. The plots mark that proposal and the j0 each
+``token_dropout.midpoint: auto`` run chose for itself; the table lists each run's j0. A run
+directory that does not exist, a ``--target-group`` no run has and a ``--baseline`` no run is
+named are errors (exit status 2), which list what exists.
 
 ``--entropy-sample CONFIG`` also draws ``entropy_sample.png`` (figure 5c) from a training
 config: its tokenizer, its held-out validation store and entropy cache, and its gate

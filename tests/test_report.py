@@ -128,3 +128,35 @@ def test_figure_5c_shows_a_held_out_sample_with_the_gates_choice(data, tmp_path,
     status, _, err = report(monkeypatch, capsys, run, "--out", tmp_path / "report", "--entropy-sample",
                             tmp_path / "config.yaml", "--sample-index", len(tokens))
     assert status != 0 and f"--sample-index {len(tokens)}: " in err and f"samples 0 to {len(tokens) - 1}" in err
+
+
+def test_the_report_marks_the_j0_that_auto_chose_next_to_the_baselines_proposal(tmp_path):
+    baseline = fake_run(tmp_path, "baseline", [2.0, 1.6, 1.5, 1.55, 1.7])
+    configured = fake_run(tmp_path, "entrodrop", [2.0, 1.6, 1.45, 1.5, 1.6])
+    auto = fake_run(tmp_path, "entrodrop_auto", [2.0, 1.6, 1.5, 1.55, 1.6])
+    waiting = fake_run(tmp_path, "entrodrop_waiting", [2.0, 1.6, 1.5])
+    for run, midpoint in [(baseline, 3.0), (configured, 3.0), (auto, "auto"), (waiting, "auto")]:
+        schedule = "none" if run is baseline else "sigmoid"
+        (run / "torchtune_config.yaml").write_text(
+            f"token_dropout:\n  schedule: {schedule}\n  midpoint: {midpoint}\n  midpoint_unit: epochs\n")
+    # The auto run fixed j0 at its evaluation of epoch 5 (patience 2): that and every later record carry it.
+    records = [json.loads(line) for line in (auto / "eval" / "evals.jsonl").read_text().splitlines()]
+    j0 = {"target_epoch": 3.0, "step": 30, "fixed_at_step": 50}
+    (auto / "eval" / "evals.jsonl").write_text("".join(
+        json.dumps({**r, "auto_midpoint": j0 if r["step"] >= 50 else None}) + "\n" for r in records))
+    runs = [read_run(r) for r in (baseline, configured, auto, waiting)]
+    assert runs[2]["auto_midpoint"] == j0 and runs[3]["auto_midpoint"] is None and runs[1]["auto_midpoint"] is None
+    written = write_report(runs, tmp_path / "report", "code", "baseline")
+    table = (tmp_path / "report" / "table.md").read_text()
+    assert "| baseline | -1.500 | 3.00 | 1.5000 | 3.00 (proposed) |" in table
+    assert "| entrodrop | -1.450 | 3.00 | 1.4500 | 3.00 |" in table
+    assert "| entrodrop_auto | -1.500 | 3.00 | 1.5000 | 3.00 (auto, fixed at 5.00) |" in table
+    assert "| entrodrop_waiting | -1.500 | 3.00 | 1.5000 | auto: not fixed |" in table
+    assert "`midpoint: auto` in entrodrop_auto fixed j0 at epoch 3.00 (step 30)" in table
+    assert "`midpoint: auto` in entrodrop_waiting never fixed j0" in table
+    assert written["auto_midpoints"] == {"baseline": None, "entrodrop": None, "entrodrop_auto": j0,
+                                         "entrodrop_waiting": None}
+    # A run without the config the recipes save (an older run) shows no midpoint rather than failing.
+    (configured / "torchtune_config.yaml").unlink()
+    write_report([read_run(baseline), read_run(configured)], tmp_path / "report2", "code", "baseline")
+    assert "| entrodrop | -1.450 | 3.00 | 1.4500 | - |" in (tmp_path / "report2" / "table.md").read_text()
