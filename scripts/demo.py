@@ -14,7 +14,9 @@ On text that ships with Python, with the tiny Qwen3 of scripts/make_tiny_assets.
     every epoch end (validation loss by entropy bucket, HumanEval log-likelihood)
  6. EntroDrop: the same run (same base, data order and steps) with token dropout, its curriculum
     midpoint set where the baseline's validation loss stopped falling, as the paper sets j0
- 7. the report (entrodrop/report.py): plots and a table in outputs/demo/report
+ 7. EntroDrop with ``midpoint: auto``: the same run again, with no baseline to read; the curriculum
+    stays off until its own validation loss stops improving, and j0 is fixed there
+ 8. the report (entrodrop/report.py): plots and a table in outputs/demo/report
 """
 
 import ast
@@ -87,7 +89,8 @@ def tune(*args: str) -> None:
     """Run `tune run ...`, showing its log lines; stop the demo if it fails."""
     proc = subprocess.run([TUNE, "run", *args], cwd=REPO, text=True, capture_output=True)
     for line in proc.stderr.splitlines() + proc.stdout.splitlines():
-        if any(k in line for k in ("budget:", "evaluation at step", "entropy cache complete", "token store complete")):
+        if any(k in line for k in ("budget:", "evaluation at step", "entropy cache complete", "token store complete",
+                                   "midpoint: auto")):
             print("    " + line.split(" - ")[-1][:220])
     if proc.returncode:
         print(proc.stderr[-4000:], file=sys.stderr)
@@ -114,6 +117,10 @@ def main() -> None:
             "recipes/entrodrop_single_device.py", "--config", "configs/demo/cpt_baseline.yaml",
             f"checkpointer.checkpoint_dir={base()}", f"total_tokens={CPT_TOKENS}")),
         ("EntroDrop: the same run with entropy-guided token dropout", run_entrodrop),
+        ("EntroDrop, midpoint: auto: j0 from its own validation loss, no baseline", lambda: tune(
+            "recipes/entrodrop_single_device.py", "--config", "configs/demo/cpt_entrodrop.yaml",
+            f"checkpointer.checkpoint_dir={base()}", f"total_tokens={CPT_TOKENS}", "token_dropout.midpoint=auto",
+            "output_dir=outputs/demo/entrodrop_auto")),
         ("report", report),
     ]
     if OUT.exists():
@@ -152,14 +159,14 @@ def run_entrodrop() -> None:
 
 
 def report() -> None:
-    runs = [read_run(OUT / "baseline"), read_run(OUT / "entrodrop")]
+    runs = [read_run(OUT / name) for name in ("baseline", "entrodrop", "entrodrop_auto")]
     written = write_report(runs, OUT / "report", target_group="code", baseline="baseline")
     print()
     print(Path(written["files"][-1]).read_text())
     for run in runs:
         for e in run["evals"]:
             loss = e["val_loss"]
-            print(f"    {run['name']:>9} epoch {e['target_epoch']:5.2f}: val loss all {loss['all']:.4f} "
+            print(f"    {run['name']:>14} epoch {e['target_epoch']:5.2f}: val loss all {loss['all']:.4f} "
                   f"low {loss['low']:.4f} high {loss['high']:.4f}  code {e['groups']['code']:.4f}")
     print(f"\nreport: {OUT / 'report'} ({', '.join(Path(f).name for f in written['files'])})")
 
