@@ -215,3 +215,34 @@ def latest_checkpoint(output_dir: str) -> Optional[Path]:
         if p.name.split("_", 1)[1].isdigit() and (p / RECIPE_STATE_FNAME).exists()
     ]
     return max(steps)[1] if steps else None
+
+
+def write_random_checkpoint(out: Path, model_type: str, builder_args: Dict, tokenizer_dir: Path,
+                            device: str = "cpu", dtype: torch.dtype = torch.bfloat16, seed: int = 0) -> None:
+    """A Hugging Face checkpoint of a model built from ``builder_args`` (``qwen3(...)`` or
+    ``llama3_1(...)``) with random weights: Normal(0, 0.02) matrices, unit norm scales, drawn
+    from ``seed`` on ``device``. ``tokenizer_dir``'s files go alongside; its ``<|endoftext|>``
+    is the BOS and EOS id. For benchmarks and demos at real shapes, without the hub."""
+    from torchtune.models.llama3_1 import llama3_1
+    from torchtune.modules.transforms.tokenizers import parse_hf_tokenizer_json
+
+    from entrodrop.models.hf_config import hf_config
+    from entrodrop.models.qwen3 import qwen3
+
+    with torch.device(device):
+        model = (qwen3 if model_type == "QWEN3" else llama3_1)(**builder_args).to(dtype)
+    generator = torch.Generator(device).manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            param.fill_(1.0) if name.endswith("scale") else param.normal_(0.0, 0.02, generator=generator)
+    eos = parse_hf_tokenizer_json(str(Path(tokenizer_dir) / "tokenizer.json"))["<|endoftext|>"]
+    config = hf_config(model_type, builder_args, torch_dtype=str(dtype).split(".")[-1], bos_token_id=eos,
+                       eos_token_id=eos)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    state = {k: v.contiguous().cpu() for k, v in CONVERTERS[model_type][1](model.state_dict(), config).items()}
+    save_file(state, out / SINGLE_FNAME, metadata={"format": "pt"})
+    for f in Path(tokenizer_dir).iterdir():
+        if f.is_file():
+            shutil.copy2(f, out / f.name)

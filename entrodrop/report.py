@@ -323,3 +323,60 @@ def entropy_sample(tokens, entropy, index: int, decode, gate_percentile: float, 
                         targeting)[0].numpy()
     ids = ids[:max_tokens]
     return [decode([int(t)]) for t in ids], h[: len(ids)], gate[: len(ids)]
+
+
+def write_entropy_sample(config_path: str, index: int, out: Path) -> Path:
+    """Figure 5c, ``out/entropy_sample.png``, for sample ``index`` of the validation store that
+    the training config ``config_path`` names, with its tokenizer and its gate.
+
+    Raises:
+        FileNotFoundError: the config names no validation store.
+        IndexError: the store has no sample ``index``.
+    """
+    from omegaconf import OmegaConf
+    from torchtune import config
+
+    from entrodrop.sample_store import SampleStore
+
+    cfg = OmegaConf.load(config_path)
+    v, td = cfg.evaluation.validation, cfg.token_dropout
+    if not v.target_tokens:
+        raise FileNotFoundError(f"{config_path}: evaluation.validation.target_tokens is null: no held-out sample")
+    tokens, entropy = SampleStore(v.target_tokens, "tokens"), SampleStore(v.target_entropy, "entropy")
+    if not 0 <= index < len(tokens):
+        raise IndexError(f"sample index {index}: {v.target_tokens} holds samples 0 to {len(tokens) - 1}")
+    tokenizer = config.instantiate(cfg.tokenizer)
+    pieces, h, gate = entropy_sample(tokens, entropy, index, tokenizer.decode, td.gate_percentile, td.targeting)
+    path = out / "entropy_sample.png"
+    draw_entropy_sample(pieces, h, gate, path, title=(
+        f"{v.target_tokens} sample {index}: entropy under the base model (darker: higher); underlined: "
+        f"eligible for dropout (targeting {td.targeting}, gate_percentile {td.gate_percentile})"))
+    return path
+
+
+def seed_spread(runs: Dict[str, Dict], pairs: Sequence[Sequence[str]], target_group: str) -> Dict[str, float]:
+    """How far apart noise alone puts two runs: over ``pairs`` of run names (one setting, two
+    seeds), the largest difference in minimum validation loss and in best ``target_group`` average."""
+    rows = {name: summarize(runs[name], target_group) for pair in pairs for name in pair}
+    widest = lambda key: max((abs(rows[a][key] - rows[b][key]) for a, b in pairs  # noqa: E731
+                              if rows[a][key] is not None and rows[b][key] is not None), default=None)
+    return {"min_val_loss": widest("min_val_loss"), "best_average": widest("best_average")}
+
+
+def comparison_table(runs: Dict[str, Dict], rows: Sequence[Sequence[str]], target_group: str, baseline: str,
+                     spread: Dict[str, Optional[float]]) -> List[str]:
+    """A markdown table, one ``(label, run name)`` a row: best epoch, minimum validation loss and
+    best ``target_group`` average, each difference from ``baseline`` beside it, and the seed
+    spread (``seed_spread``) under it, so a reader can tell an effect from noise."""
+    base = summarize(runs[baseline], target_group)
+    delta = lambda value, ref, digits: "-" if value is None or ref is None else f"{value - ref:+.{digits}f}"  # noqa: E731
+    lines = [f"| run | best epoch | min val loss | vs {baseline} | best {target_group} average | vs {baseline} |",
+             "|---|---|---|---|---|---|"]
+    for label, name in rows:
+        r = summarize(runs[name], target_group)
+        lines.append(f"| {label} | {_fmt(r['best_epoch'], 2)} | {_fmt(r['min_val_loss'], 4)} | "
+                     f"{delta(r['min_val_loss'], base['min_val_loss'], 4)} | {_fmt(r['best_average'], 3)} | "
+                     f"{delta(r['best_average'], base['best_average'], 3)} |")
+    lines += ["", f"Seed spread (one setting, two seeds): min val loss {_fmt(spread['min_val_loss'], 4)}, best "
+                  f"{target_group} average {_fmt(spread['best_average'], 3)}. A difference within it is noise."]
+    return lines

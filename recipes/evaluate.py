@@ -23,7 +23,6 @@ import sys
 from importlib.util import find_spec
 from pathlib import Path
 
-import torch
 import torch.distributed as dist
 from omegaconf import DictConfig
 from torchtune import config, training, utils

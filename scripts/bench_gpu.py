@@ -38,8 +38,8 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
+from entrodrop.checkpointing import write_random_checkpoint
 from entrodrop.models import shapes
-from entrodrop.models.hf_config import hf_config
 from entrodrop.report import read_run
 
 REPO = Path(__file__).resolve().parent.parent
@@ -74,30 +74,6 @@ def flops_per_token(model_type: str, args: dict, seq_len: int) -> tuple:
     head_dim = args.get("head_dim") or args["embed_dim"] // args["num_heads"]
     attention = args["num_layers"] * args["num_heads"] * head_dim * seq_len
     return 6 * n + 12 * attention, 2 * n + 4 * attention
-
-
-def write_checkpoint(out: Path, model_type: str, args: dict, device: str) -> None:
-    """A random-weight Hugging Face checkpoint of this shape, in bf16, with the tiny tokenizer's files."""
-    from safetensors.torch import save_file
-
-    from entrodrop.checkpointing import CONVERTERS
-    from torchtune.modules.transforms.tokenizers import parse_hf_tokenizer_json
-
-    if (out / "config.json").exists():
-        return
-    with torch.device(device):
-        model = build(model_type, args).to(torch.bfloat16)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            param.fill_(1.0) if name.endswith("scale") else param.normal_(0.0, 0.02)
-    eos = parse_hf_tokenizer_json(str(TINY / "tokenizer" / "tokenizer.json"))["<|endoftext|>"]
-    config = hf_config(model_type, args, torch_dtype="bfloat16", bos_token_id=eos, eos_token_id=eos)
-    out.mkdir(parents=True)
-    (out / "config.json").write_text(json.dumps(config, indent=2))
-    state = {k: v.contiguous().cpu() for k, v in CONVERTERS[model_type][1](model.state_dict(), config).items()}
-    save_file(state, out / "model.safetensors", metadata={"format": "pt"})
-    for f in (TINY / "tokenizer").iterdir():
-        (out / f.name).write_bytes(f.read_bytes())
 
 
 def write_corpora(out: Path, target_chars: int, general_chars: int) -> None:
@@ -179,7 +155,8 @@ def main() -> None:
         shape = shape or _tiny_shape()
         train_flops, forward_flops = flops_per_token(model_type, shape, args.seq_len)
         ckpt = out / "checkpoints" / name
-        write_checkpoint(ckpt, model_type, shape, args.device)
+        if not (ckpt / "config.json").exists():
+            write_random_checkpoint(ckpt, model_type, shape, TINY / "tokenizer", device=args.device)
 
         cache = out / "entropy" / name
         result = tune(out / f"{name}_precompute.log", "recipes/precompute_entropy.py", "--config", precompute_config,

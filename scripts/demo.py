@@ -1,6 +1,17 @@
 """The main job, offline: EntroDrop against plain multi-epoch continual pre-training.
 
-    python scripts/demo.py            (what `make demo` runs; FULL=1 for the longer version)
+    python scripts/demo.py            (what `make demo` runs; FULL=1 for the longer CPU version)
+    DEVICE=cpu python scripts/demo.py (the CPU version on any machine)
+    RESUME=1 python scripts/demo.py   (continue: skip the stages a killed demo finished)
+
+Where torch sees a CUDA GPU it runs the GPU version (``GPU_STAGES`` below): a Qwen3-shaped model
+of 77M parameters pre-trained for a few minutes on the standard library's and this environment's
+packages' code and prose, then continual pre-training on one package's source (torchtune's,
+0.6M tokens, never seen in pre-training) in eleven runs: the baseline and EntroDrop
+(gamma_max 0.1) with two seeds each, gamma_max 0.2 and 0.4, the table-3 comparisons (targeting
+random and high, NEFTune, hidden dropout, weight decay) and ``midpoint: auto``, four at a time
+on the one GPU; its report adds tables 3 and 4 with the seed spread next to every difference.
+Everything lands in outputs/demo_gpu. Otherwise (and with DEVICE=cpu) the CPU version runs:
 
 On text that ships with Python, with the tiny Qwen3 of scripts/make_tiny_assets.py:
 
@@ -16,7 +27,13 @@ On text that ships with Python, with the tiny Qwen3 of scripts/make_tiny_assets.
     midpoint set where the baseline's validation loss stopped falling, as the paper sets j0
  7. EntroDrop with ``midpoint: auto``: the same run again, with no baseline to read; the curriculum
     stays off until its own validation loss stops improving, and j0 is fixed there
- 8. the report (entrodrop/report.py): plots and a table in outputs/demo/report
+ 8. the report (entrodrop/report.py): plots and a table in outputs/demo/report, with the
+    downstream score against validation loss (figure 1b) and a held-out sample shaded by its
+    entropy, the gate's tokens underlined (figure 5c)
+
+Each stage marks itself done in <out>/.stages when it finishes. A demo starts afresh unless
+RESUME=1: then the done stages are skipped and the first one not done starts over from what it
+had written removed, so a demo that one call cannot hold finishes over several.
 """
 
 import ast
@@ -31,7 +48,7 @@ import time
 from pathlib import Path
 
 from entrodrop.checkpointing import latest_checkpoint
-from entrodrop.report import propose_midpoint, read_run, write_report
+from entrodrop.report import comparison_table, propose_midpoint, read_run, seed_spread, write_entropy_sample, write_report
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -97,43 +114,234 @@ def tune(*args: str) -> None:
         raise SystemExit(f"demo stopped: tune run {' '.join(args[:3])} failed")
 
 
-def main() -> None:
+def choose_device(requested: str, cuda_available: bool) -> str:
+    """``cpu`` or ``cuda``: ``DEVICE`` when set (``cpu`` forces the CPU version anywhere), else
+    ``cuda`` where torch sees a CUDA GPU."""
+    if requested not in ("", "cpu", "cuda"):
+        raise SystemExit(f"DEVICE={requested!r}: must be cpu or cuda (or unset: cuda where a GPU is)")
+    if requested == "cuda" and not cuda_available:
+        raise SystemExit("DEVICE=cuda, but torch sees no CUDA GPU here: DEVICE=cpu runs the CPU version")
+    return requested or ("cuda" if cuda_available else "cpu")
+
+
+def run_stages(stages: list, out: Path, resume: bool) -> None:
+    """Run ``(title, fn, outputs)`` stages in order, marking each done in ``out/.stages``.
+
+    Without ``resume`` everything under ``out`` goes first: a fresh demo. With it, stages
+    marked done (under the same title) are skipped, and a stage that runs removes its
+    ``outputs`` first, which a killed attempt may have left half written.
+    """
     start = time.perf_counter()
-    stages = [
-        ("corpora from Python's own files", build_corpora),
-        ("token stores", lambda: tune("recipes/tokenize_corpus.py", "--config", "configs/demo/tokenize.yaml")),
-        ("pre-train the tiny base model", lambda: tune(
-            "recipes/entrodrop_single_device.py", "--config", "configs/demo/pretrain.yaml", f"total_tokens={PRETRAIN_TOKENS}")),
-    ]
-    stages += [
-        ("entropy of the target tokens under the base", lambda: tune(
-            "recipes/precompute_entropy.py", "--config", "configs/demo/precompute_entropy.yaml",
-            f"checkpointer.checkpoint_dir={base()}")),
-        ("entropy of the held-out tokens", lambda: tune(
-            "recipes/precompute_entropy.py", "--config", "configs/demo/precompute_entropy.yaml",
-            f"checkpointer.checkpoint_dir={base()}", "target_tokens=outputs/demo/tokens/target_val",
-            "cache_dir=outputs/demo/entropy/target_val")),
-        ("baseline: multi-epoch continual pre-training", lambda: tune(
-            "recipes/entrodrop_single_device.py", "--config", "configs/demo/cpt_baseline.yaml",
-            f"checkpointer.checkpoint_dir={base()}", f"total_tokens={CPT_TOKENS}")),
-        ("EntroDrop: the same run with entropy-guided token dropout", run_entrodrop),
-        ("EntroDrop, midpoint: auto: j0 from its own validation loss, no baseline", lambda: tune(
-            "recipes/entrodrop_single_device.py", "--config", "configs/demo/cpt_entrodrop.yaml",
-            f"checkpointer.checkpoint_dir={base()}", f"total_tokens={CPT_TOKENS}", "token_dropout.midpoint=auto",
-            "output_dir=outputs/demo/entrodrop_auto")),
-        ("report", report),
-    ]
-    if OUT.exists():
-        shutil.rmtree(OUT)  # a fresh demo each time
-    for k, (title, stage) in enumerate(stages, start=1):
+    if out.exists() and not resume:
+        shutil.rmtree(out)
+    marks = out / ".stages"
+    marks.mkdir(parents=True, exist_ok=True)
+    for k, (title, fn, outputs) in enumerate(stages, start=1):
+        mark = marks / f"{k:02d}.done"
+        if mark.exists() and mark.read_text() == title:
+            print(f"[{k}/{len(stages)}] {title}: done before, skipped", flush=True)
+            continue
+        for path in outputs:
+            shutil.rmtree(path, ignore_errors=True)
         print(f"[{k}/{len(stages)}] {title} ({time.perf_counter() - start:.0f}s)", flush=True)
-        stage()
+        fn()
+        mark.write_text(title)
     print(f"done in {time.perf_counter() - start:.0f}s")
 
 
-def base() -> str:
-    """The pre-trained base model: the last checkpoint of stage 3."""
-    return str(latest_checkpoint(OUT / "pretrain" / "checkpoints"))
+def main() -> None:
+    import torch
+
+    device = choose_device(os.environ.get("DEVICE", ""), torch.cuda.is_available())
+    resume = os.environ.get("RESUME", "0") not in ("", "0")
+    if device == "cuda":
+        run_stages(gpu_stages(), GPU_OUT, resume)
+    else:
+        run_stages(cpu_stages(), OUT, resume)
+
+
+def cpu_stages() -> list:
+    """The CPU version's stages: (title, what runs, what it writes)."""
+    return [
+        ("corpora from Python's own files", build_corpora, [OUT / "corpora"]),
+        ("token stores", lambda: tune("recipes/tokenize_corpus.py", "--config", "configs/demo/tokenize.yaml"),
+         [OUT / "tokens"]),
+        ("pre-train the tiny base model", lambda: tune(
+            "recipes/entrodrop_single_device.py", "--config", "configs/demo/pretrain.yaml", f"total_tokens={PRETRAIN_TOKENS}"),
+         [OUT / "pretrain"]),
+        ("entropy of the target tokens under the base", lambda: tune(
+            "recipes/precompute_entropy.py", "--config", "configs/demo/precompute_entropy.yaml",
+            f"checkpointer.checkpoint_dir={base()}"), [OUT / "entropy" / "target"]),
+        ("entropy of the held-out tokens", lambda: tune(
+            "recipes/precompute_entropy.py", "--config", "configs/demo/precompute_entropy.yaml",
+            f"checkpointer.checkpoint_dir={base()}", "target_tokens=outputs/demo/tokens/target_val",
+            "cache_dir=outputs/demo/entropy/target_val"), [OUT / "entropy" / "target_val"]),
+        ("baseline: multi-epoch continual pre-training", lambda: tune(
+            "recipes/entrodrop_single_device.py", "--config", "configs/demo/cpt_baseline.yaml",
+            f"checkpointer.checkpoint_dir={base()}", f"total_tokens={CPT_TOKENS}"), [OUT / "baseline"]),
+        ("EntroDrop: the same run with entropy-guided token dropout", run_entrodrop, [OUT / "entrodrop"]),
+        ("EntroDrop, midpoint: auto: j0 from its own validation loss, no baseline", lambda: tune(
+            "recipes/entrodrop_single_device.py", "--config", "configs/demo/cpt_entrodrop.yaml",
+            f"checkpointer.checkpoint_dir={base()}", f"total_tokens={CPT_TOKENS}", "token_dropout.midpoint=auto",
+            "output_dir=outputs/demo/entrodrop_auto"), [OUT / "entrodrop_auto"]),
+        ("report", report, [OUT / "report"]),
+    ]
+
+
+def base(out: Path = OUT) -> str:
+    """The pre-trained base model: the last checkpoint of the pre-training stage."""
+    return str(latest_checkpoint(out / "pretrain" / "checkpoints"))
+
+
+# ---------------------------------------------------------------------------- the GPU version
+
+GPU_OUT = REPO / "outputs" / "demo_gpu"
+GPU_CONFIGS = "configs/demo_gpu"
+GPU_TARGET_PACKAGE = "torchtune"  # its source: 0.6M tokens of the tiny tokenizer, in every installation
+GPU_CODE_CHARS, GPU_PROSE_CHARS = 60_000_000, 20_000_000  # pre-training text, at most
+GPU_PRETRAIN_TOKENS = 33_554_432  # 1,024 steps of 32 x 1,024 tokens
+GPU_CPT_TOKENS = 14_680_064  # 448 steps: about 16 target epochs of 0.53M tokens at 6:4
+GPU_PARALLEL = 4  # continual pre-training runs sharing the GPU at once (a 77M model leaves it idle)
+SPREAD_SEEDS = ("baseline", "baseline_seed1"), ("entrodrop", "entrodrop_seed1")
+# The runs after the baseline: (name, config, overrides); "{midpoint}" is the baseline's proposal.
+GPU_RUNS = [
+    ("baseline_seed1", "cpt_baseline", ["seed=1"]),
+    ("entrodrop", "cpt_entrodrop", ["token_dropout.midpoint={midpoint}"]),
+    ("entrodrop_seed1", "cpt_entrodrop", ["token_dropout.midpoint={midpoint}", "seed=1"]),
+    ("gamma_max_0.2", "cpt_entrodrop", ["token_dropout.midpoint={midpoint}", "token_dropout.gamma_max=0.2"]),
+    ("gamma_max_0.4", "cpt_entrodrop", ["token_dropout.midpoint={midpoint}", "token_dropout.gamma_max=0.4"]),
+    ("targeting_random", "cpt_entrodrop", ["token_dropout.midpoint={midpoint}", "token_dropout.targeting=random"]),
+    ("targeting_high", "cpt_entrodrop", ["token_dropout.midpoint={midpoint}", "token_dropout.targeting=high"]),
+    ("neftune", "cpt_baseline", ["neftune_alpha=5.0"]),
+    ("hidden_dropout", "cpt_baseline", ["hidden_dropout=0.1"]),
+    ("weight_decay", "cpt_baseline", ["optimizer.weight_decay=0.1"]),
+    ("entrodrop_auto", "cpt_entrodrop", ["token_dropout.midpoint=auto"]),
+]
+
+
+def build_gpu_corpora() -> None:
+    """The GPU version's text, from this environment's files in sorted order (deterministic for
+    it): the target is ``GPU_TARGET_PACKAGE``'s source, every 7th block held out; pre-training
+    code is the standard library's and the other installed packages' modules, pre-training prose
+    pydoc's topics and their docstrings, which also serve as the general replay data."""
+    import importlib.util
+
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    site = Path(importlib.util.find_spec(GPU_TARGET_PACKAGE).origin).parent.parent
+    read = lambda p: p.read_text(encoding="utf-8", errors="replace")  # noqa: E731
+    target_files = sorted(f for f in (site / GPU_TARGET_PACKAGE).rglob("*.py") if "test" not in f.parts)
+    target_blocks = [b for f in target_files for b in blocks(read(f))]
+    code_files = sorted(f for f in stdlib.rglob("*.py") if "site-packages" not in f.parts and "test" not in f.parts)
+    code_files += sorted(f for f in site.rglob("*.py") if f.relative_to(site).parts[0] != GPU_TARGET_PACKAGE
+                         and "test" not in f.parts and "tests" not in f.parts)
+    code, prose = [], [p.strip() for t in pydoc_data.topics.topics.values() for p in t.split("\n\n") if len(p.strip()) >= 80]
+    code_chars, prose_chars = 0, sum(map(len, prose))
+    for f in code_files:
+        if code_chars >= GPU_CODE_CHARS and prose_chars >= GPU_PROSE_CHARS:
+            break
+        source = read(f)
+        if code_chars < GPU_CODE_CHARS:
+            code += blocks(source)
+            code_chars += len(source)
+        if prose_chars < GPU_PROSE_CHARS:
+            found = docstrings(source)
+            prose += found
+            prose_chars += sum(map(len, found))
+    corpora = GPU_OUT / "corpora"
+    sizes = {
+        "pretrain_code": write_jsonl(corpora / "pretrain_code.jsonl", code),
+        "pretrain_prose": write_jsonl(corpora / "pretrain_prose.jsonl", prose),
+        "target": write_jsonl(corpora / "target.jsonl", [b for i, b in enumerate(target_blocks) if i % 7]),
+        "target_val": write_jsonl(corpora / "target_val.jsonl", [b for i, b in enumerate(target_blocks) if not i % 7]),
+    }
+    print("    " + ", ".join(f"{name}: {chars / 1e6:.2f}M chars" for name, chars in sizes.items()))
+
+
+def init_gpu_base() -> None:
+    """The random-weight base model, of the shape configs/demo_gpu/pretrain.yaml names."""
+    import torch
+    from omegaconf import OmegaConf
+
+    from entrodrop.checkpointing import write_random_checkpoint
+
+    cfg = OmegaConf.load(REPO / GPU_CONFIGS / "pretrain.yaml")
+    args = {k: v for k, v in OmegaConf.to_container(cfg.model).items() if k != "_component_"}
+    write_random_checkpoint(REPO / cfg.checkpointer.checkpoint_dir, "QWEN3", args, REPO / "assets/tiny/tokenizer",
+                            device="cuda", dtype=torch.float32, seed=2)
+
+
+def run_parallel(commands: list, at_once: int) -> None:
+    """``tune run`` each ``(name, args)``, ``at_once`` at a time; stop the demo if any fails."""
+    logs = GPU_OUT / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    for start in range(0, len(commands), at_once):
+        group = commands[start : start + at_once]
+        procs = [(name, subprocess.Popen([TUNE, "run", *args], cwd=REPO, stdout=subprocess.DEVNULL,
+                                         stderr=(logs / f"{name}.log").open("w")))
+                 for name, args in group]
+        print("    " + ", ".join(name for name, _ in group), flush=True)
+        failed = [name for name, proc in procs if proc.wait()]
+        if failed:
+            raise SystemExit(f"demo stopped: {failed} failed; see {logs}/<name>.log")
+
+
+def gpu_runs() -> None:
+    """Every run after the baseline, at its compute and data order, ``GPU_PARALLEL`` at a time."""
+    midpoint, line = choose_midpoint(read_run(GPU_OUT / "baseline"))
+    print(f"    {line}")
+    commands = [(name, ["recipes/entrodrop_single_device.py", "--config", f"{GPU_CONFIGS}/{config}.yaml",
+                        f"checkpointer.checkpoint_dir={base(GPU_OUT)}", f"total_tokens={GPU_CPT_TOKENS}",
+                        f"output_dir=outputs/demo_gpu/{name}", *(o.format(midpoint=midpoint) for o in overrides)])
+                for name, config, overrides in GPU_RUNS]
+    run_parallel(commands, GPU_PARALLEL)
+
+
+def gpu_report() -> None:
+    names = ["baseline"] + [name for name, _, _ in GPU_RUNS]
+    runs = {name: read_run(GPU_OUT / name) for name in names}
+    out = GPU_OUT / "report"
+    written = write_report([runs[n] for n in ("baseline", "entrodrop", "entrodrop_auto")], out, target_group="code",
+                           baseline="baseline")
+    spread = seed_spread(runs, SPREAD_SEEDS, "code")
+    table_4 = comparison_table(runs, [("baseline (gamma_max 0)", "baseline"), ("gamma_max 0.1", "entrodrop"),
+                                      ("gamma_max 0.2", "gamma_max_0.2"), ("gamma_max 0.4", "gamma_max_0.4")],
+                               "code", "baseline", spread)
+    table_3 = comparison_table(runs, [("baseline", "baseline"), ("EntroDrop (gamma_max 0.1)", "entrodrop"),
+                                      ("random targeting", "targeting_random"), ("high-entropy targeting", "targeting_high"),
+                                      ("NEFTune (alpha 5)", "neftune"), ("hidden dropout 0.1", "hidden_dropout"),
+                                      ("weight decay 0.1", "weight_decay"), ("EntroDrop, midpoint: auto", "entrodrop_auto")],
+                               "code", "baseline", spread)
+    tables = "\n".join(["Table 4: gamma_max", "", *table_4, "", "Table 3: methods", "", *table_3]) + "\n"
+    (out / "tables.md").write_text(tables)
+    write_entropy_sample(str(REPO / GPU_CONFIGS / "cpt_entrodrop.yaml"), 3, out)
+    print(Path(written["files"][-1]).read_text() + "\n" + tables)
+    print(f"report: {out}")
+
+
+def gpu_stages() -> list:
+    """The GPU version's stages: (title, what runs, what it writes)."""
+    def precompute(corpus: str):
+        return lambda: tune("recipes/precompute_entropy.py", "--config", f"{GPU_CONFIGS}/precompute_entropy.yaml",
+                            f"checkpointer.checkpoint_dir={base(GPU_OUT)}",
+                            f"target_tokens=outputs/demo_gpu/tokens/{corpus}", f"cache_dir=outputs/demo_gpu/entropy/{corpus}")
+
+    return [
+        ("corpora: the standard library and this environment's packages", build_gpu_corpora, [GPU_OUT / "corpora"]),
+        ("token stores", lambda: tune("recipes/tokenize_corpus.py", "--config", f"{GPU_CONFIGS}/tokenize.yaml"),
+         [GPU_OUT / "tokens"]),
+        ("the random-weight 77M base model", init_gpu_base, [GPU_OUT / "init"]),
+        ("pre-train it on general code and prose", lambda: tune(
+            "recipes/entrodrop_single_device.py", "--config", f"{GPU_CONFIGS}/pretrain.yaml",
+            f"total_tokens={GPU_PRETRAIN_TOKENS}"), [GPU_OUT / "pretrain"]),
+        ("entropy of the target tokens under the base", precompute("target"), [GPU_OUT / "entropy" / "target"]),
+        ("entropy of the held-out tokens", precompute("target_val"), [GPU_OUT / "entropy" / "target_val"]),
+        ("baseline (seed 0): multi-epoch continual pre-training", lambda: tune(
+            "recipes/entrodrop_single_device.py", "--config", f"{GPU_CONFIGS}/cpt_baseline.yaml",
+            f"checkpointer.checkpoint_dir={base(GPU_OUT)}", f"total_tokens={GPU_CPT_TOKENS}"), [GPU_OUT / "baseline"]),
+        (f"{len(GPU_RUNS)} more runs at the same compute, {GPU_PARALLEL} at a time", gpu_runs,
+         [GPU_OUT / name for name, _, _ in GPU_RUNS]),
+        ("report: tables 3 and 4, figures 1b, 1c and 5c", gpu_report, [GPU_OUT / "report"]),
+    ]
 
 
 # The midpoint when the baseline shows no turn-up of its validation loss (too short a run).
@@ -161,6 +369,7 @@ def run_entrodrop() -> None:
 def report() -> None:
     runs = [read_run(OUT / name) for name in ("baseline", "entrodrop", "entrodrop_auto")]
     written = write_report(runs, OUT / "report", target_group="code", baseline="baseline")
+    written["files"].insert(-1, str(write_entropy_sample(str(REPO / "configs/demo/cpt_entrodrop.yaml"), 3, OUT / "report")))
     print()
     print(Path(written["files"][-1]).read_text())
     for run in runs:

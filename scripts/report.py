@@ -18,30 +18,7 @@ config: its tokenizer, its held-out validation store and entropy cache, and its 
 import argparse
 from pathlib import Path
 
-from entrodrop.report import check_selection, draw_entropy_sample, entropy_sample, read_run, write_report
-
-
-def write_entropy_sample(config_path: str, index: int, out: Path) -> Path:
-    """Figure 5c for sample ``index`` of the validation store that ``config_path`` names."""
-    from omegaconf import OmegaConf
-    from torchtune import config
-
-    from entrodrop.sample_store import SampleStore
-
-    cfg = OmegaConf.load(config_path)
-    v, td = cfg.evaluation.validation, cfg.token_dropout
-    if not v.target_tokens:
-        raise FileNotFoundError(f"{config_path}: evaluation.validation.target_tokens is null: no held-out sample")
-    tokens, entropy = SampleStore(v.target_tokens, "tokens"), SampleStore(v.target_entropy, "entropy")
-    if not 0 <= index < len(tokens):
-        raise IndexError(f"--sample-index {index}: {v.target_tokens} holds samples 0 to {len(tokens) - 1}")
-    tokenizer = config.instantiate(cfg.tokenizer)
-    pieces, h, gate = entropy_sample(tokens, entropy, index, tokenizer.decode, td.gate_percentile, td.targeting)
-    path = out / "entropy_sample.png"
-    draw_entropy_sample(pieces, h, gate, path, title=(
-        f"{v.target_tokens} sample {index}: entropy under the base model (darker: higher); underlined: "
-        f"eligible for dropout (targeting {td.targeting}, gate_percentile {td.gate_percentile})"))
-    return path
+from entrodrop.report import check_selection, read_run, write_entropy_sample, write_report
 
 
 def main() -> None:

@@ -127,7 +127,7 @@ def test_figure_5c_shows_a_held_out_sample_with_the_gates_choice(data, tmp_path,
     assert (tmp_path / "report" / "entropy_sample.png").read_bytes()[:4] == b"\x89PNG"
     status, _, err = report(monkeypatch, capsys, run, "--out", tmp_path / "report", "--entropy-sample",
                             tmp_path / "config.yaml", "--sample-index", len(tokens))
-    assert status != 0 and f"--sample-index {len(tokens)}: " in err and f"samples 0 to {len(tokens) - 1}" in err
+    assert status != 0 and f"sample index {len(tokens)}: " in err and f"samples 0 to {len(tokens) - 1}" in err
 
 
 def test_the_report_marks_the_j0_that_auto_chose_next_to_the_baselines_proposal(tmp_path):
