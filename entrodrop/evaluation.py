@@ -91,10 +91,12 @@ def bucket_loss_sums(model: torch.nn.Module, batch: Dict[str, torch.Tensor], thr
     logits = model(batch["tokens"], mask=block_causal_mask(batch["document_ids"]), input_pos=batch["input_pos"])
     chunks = logits if isinstance(logits, list) else [logits]
     labels = batch["labels"].chunk(len(chunks), dim=1)
+    # Chunks split the sequence: rejoin each chunk's [b, s / n] losses along it, so that they
+    # line up with the [b, s] entropies and labels flattened below.
     losses = torch.cat([
-        F.cross_entropy(c.float().flatten(0, 1), l.flatten(), ignore_index=IGNORE_INDEX, reduction="none")
+        F.cross_entropy(c.float().flatten(0, 1), l.flatten(), ignore_index=IGNORE_INDEX, reduction="none").view(l.shape)
         for c, l in zip(chunks, labels)
-    ])
+    ], dim=1).flatten()
     # The entropy of the predicted token: the input entropy one position to the right.
     label_entropy = torch.cat([batch["entropy"][:, 1:], torch.full_like(batch["entropy"][:, :1], math.nan)], 1).flatten()
     valid = batch["labels"].flatten() != IGNORE_INDEX

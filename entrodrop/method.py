@@ -3,8 +3,9 @@
 Section 3 of the paper, for a target-domain sample X = [x_1 .. x_T] at training step j:
 
 - Eq. 5, the gate: g_t = 1 iff H(x_t) <= Percentile_k(H(X)), k = ``gate_percentile``
-  (``entropy_gate``); tokens without an entropy (a document's first token, general-domain
-  tokens, padding) are never gated.
+  (``entropy_gate``), made exact: the floor(k n) lowest-entropy tokens of each document, ties
+  by position; tokens without an entropy (a document's first token, general-domain tokens,
+  padding) are never gated.
 - Eq. 7, the curriculum: gamma_max(j) = gamma_max / (1 + exp(-sharpness * (j - midpoint)))
   (``gamma_max_at``), and gamma_j ~ U(0, gamma_max(j)) (``draw_gamma``). The paper takes j0 from
   a baseline run's validation curve; ``midpoint: auto`` finds it in the same run
@@ -136,14 +137,23 @@ def draw_gamma(gamma_max_j: float, generator: torch.Generator) -> float:
 def entropy_gate(entropy: torch.Tensor, document_ids: torch.Tensor, gate_percentile: float, targeting: str) -> torch.Tensor:
     """``[b, s]`` bool: which tokens may be dropped (Eq. 5), per document of each packed row.
 
-    ``low``: entropy at or below the document's ``gate_percentile`` quantile; ``high``: at or
-    above its ``1 - gate_percentile`` quantile; ``random``: every token that has an entropy
-    (vanilla token dropout on the target domain). NaN entropy is never gated.
+    A document's n tokens that have an entropy are ranked - ``low``: lowest entropy first,
+    ``high``: highest entropy first; equal entropies in either case by position, earlier first
+    - and exactly the first floor(gate_percentile * n) of them are gated. ``random``: every token
+    that has an entropy (vanilla token dropout on the target domain). NaN entropy is never gated.
+
+    An exact count rather than Eq. 5's ``H <= Percentile_k`` as written: the cache stores fp16,
+    so many tokens tie at the percentile and ``<=`` takes every tie (a random model's entropies
+    are nearly all equal, and nearly every token was gated). The ranking depends only on the
+    row's own entropies and positions, so it is the same on every rank and in every run.
+    k * n is rounded to 1e-6 before the floor, so that 0.29 * 100 gates 29 tokens, not 28.
 
     Example:
         >>> h = torch.tensor([[float("nan"), 1.0, 5.0, 2.0, 9.0]])
         >>> entropy_gate(h, torch.zeros(1, 5, dtype=torch.long), 0.5, "low").int()
         tensor([[0, 1, 0, 1, 0]], dtype=torch.int32)
+        >>> entropy_gate(torch.ones(1, 5), torch.zeros(1, 5, dtype=torch.long), 0.5, "high").int()
+        tensor([[1, 1, 0, 0, 0]], dtype=torch.int32)
     """
     has_entropy = ~torch.isnan(entropy)
     if targeting == "random":
@@ -153,18 +163,19 @@ def entropy_gate(entropy: torch.Tensor, document_ids: torch.Tensor, gate_percent
     stride = int(document_ids.max()) + 1 if document_ids.numel() else 1
     rows = torch.arange(b, device=entropy.device).unsqueeze(1)
     segment = torch.where(has_entropy, rows * stride + document_ids, b * stride).flatten()
-    h = entropy.flatten().nan_to_num(nan=math.inf)
-    # Sorted by segment, then by entropy within each segment: each document's sorted entropies.
-    by_value = torch.sort(h, stable=True).indices
-    ordered = h[by_value[torch.sort(segment[by_value], stable=True).indices]]
+    h = entropy.flatten().nan_to_num(nan=0.0)  # NaN tokens are in the ignored segment
+    key = h if targeting == "low" else -h
+    # Two stable sorts: by key, then by segment, so each segment's tokens come in key order and
+    # equal keys in position order. rank: a token's place within its own segment.
+    by_key = torch.sort(key, stable=True).indices
+    order = by_key[torch.sort(segment[by_key], stable=True).indices]
     count = torch.bincount(segment, minlength=b * stride + 1)
-    n, first = count[segment], (torch.cumsum(count, 0) - count)[segment]
-    # Each token's document quantile, with torch.quantile's linear interpolation and arithmetic.
-    q = gate_percentile if targeting == "low" else 1.0 - gate_percentile
-    rank = torch.tensor(q, dtype=h.dtype, device=h.device) * (n - 1)
-    below, above = rank.long(), rank.ceil().long()
-    threshold = torch.lerp(ordered[first + below], ordered[first + above], rank - below)
-    gate = h <= threshold if targeting == "low" else h >= threshold
+    first = torch.cumsum(count, 0) - count
+    in_order = segment[order]
+    rank = torch.arange(order.numel(), device=entropy.device) - first[in_order]
+    quota = torch.floor(count.double() * gate_percentile + 1e-6).long()
+    gate = torch.empty_like(has_entropy.flatten())
+    gate[order] = rank < quota[in_order]
     return (gate & has_entropy.flatten()).view(b, s)
 
 

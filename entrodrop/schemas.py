@@ -102,7 +102,9 @@ TRAINING = {
     "lr_scheduler": Component(bound=("optimizer", "num_training_steps")),
     "clip_grad_norm": positive_number(),
     "loss": Component(),
-    "enable_activation_checkpointing": boolean(),
+    # The share of the decoder's layers, from the bottom, whose activations are recomputed in
+    # backward (entrodrop.activations): 0 none, 1 all.
+    "activation_checkpointing_share": number_in(0, 1),
     "compile": boolean(),
     "tokenizer": Component(),
     "evaluation": {
@@ -126,17 +128,20 @@ TRAINING = {
 
 # Keys a config may still carry from an earlier version -> what to write instead.
 RENAMED = {
+    "enable_activation_checkpointing": "use activation_checkpointing_share; True is 1.0, False is 0.0",
     "evaluation.at_epoch_end": "use evaluation.every_n_epochs; at_epoch_end: True is every_n_epochs: 1, "
                                "False is every_n_epochs: null",
 }
 
-# What a resumed run may change: where and how it is watched and stored, not what it trains.
-# Everything else (model, data stores, budget, method, optimizer, seed...) must match the
-# checkpoint's saved config. ``may_change_on_resume`` adjusts it for ``midpoint: auto``.
+# What a resumed run may change: where and how it is watched and stored, and how (not what) it
+# computes - the loss's implementation, activation checkpointing. Everything else (model, data
+# stores, budget, method, optimizer, seed...) must match the checkpoint's saved config.
+# enable_activation_checkpointing is the older name, still in the configs that checkpoints saved.
+# ``may_change_on_resume`` adjusts it for ``midpoint: auto``.
 MAY_CHANGE_ON_RESUME = (
-    "output_dir", "checkpointer.output_dir", "resume", "overwrite", "device", "compile",
-    "enable_activation_checkpointing", "tokenizer", "evaluation", "save_every_n_steps",
-    "keep_last_n_checkpoints", "keep_pruned_weights", "log_every_n_steps", "metric_logger",
+    "output_dir", "checkpointer.output_dir", "resume", "overwrite", "device", "compile", "loss",
+    "activation_checkpointing_share", "enable_activation_checkpointing", "tokenizer", "evaluation",
+    "save_every_n_steps", "keep_last_n_checkpoints", "keep_pruned_weights", "log_every_n_steps", "metric_logger",
 )
 AUTO_KEYS = ("token_dropout.auto_patience", "token_dropout.auto_min_improvement")
 

@@ -37,6 +37,7 @@ from torchtune.modules import TransformerSelfAttentionLayer
 from tqdm import tqdm
 
 from entrodrop import schemas
+from entrodrop.activations import checkpoint_layers
 from entrodrop.checkpointing import HFCheckpointer, latest_checkpoint
 from entrodrop.config_check import plain
 from entrodrop.evaluation import (
@@ -48,6 +49,7 @@ from entrodrop.evaluation import (
     task_index,
 )
 from entrodrop.loader import block_causal_mask, build_loader, describe_budget, plan_budget
+from entrodrop.loss import model_output_for
 from entrodrop.method import (
     AUTO,
     EmbeddingHook,
@@ -102,6 +104,8 @@ class EntroDropRecipeDistributed:
         self._eval_every = cfg.evaluation.every_n_steps
         self._eval_every_n_epochs = cfg.evaluation.every_n_epochs
         self._config = plain(cfg)  # saved with each checkpoint; a resumed run must match it
+        # A bad loss setting (or liger-kernel missing) fails here, before any data or model loads.
+        self._loss_fn = config.instantiate(cfg.loss)
         self._metric_logger = None
 
     def setup(self, cfg: DictConfig) -> bool:
@@ -124,8 +128,9 @@ class EntroDropRecipeDistributed:
         self._model = self._setup_model(cfg, model_sd, base.config, f"{cfg.checkpointer.checkpoint_dir}/config.json")
         self._checkpointer = base
         self._embedding_hook = EmbeddingHook(self._model.tok_embeddings)
-        self._loss_fn = config.instantiate(cfg.loss)
-        self._model.set_num_output_chunks(self._loss_fn.num_output_chunks)
+        # What the loss reads: the final hidden states, projected by a fused loss in chunks so
+        # the [tokens, vocab] logits never exist (entrodrop.loss), or torchtune's chunks of logits.
+        self._forward = model_output_for(self._model, self._loss_fn)
 
         td = cfg.token_dropout
         # midpoint: auto starts unfixed (None: gamma_max(j) = 0 exactly) until an evaluation fixes
@@ -202,22 +207,26 @@ class EntroDropRecipeDistributed:
             add_hidden_dropout(model, cfg.hidden_dropout)
         if cfg.compile:
             training.compile_model(model, verbose=self._rank == 0)
-        if cfg.enable_activation_checkpointing:
-            training.set_activation_checkpointing(model, auto_wrap_policy={TransformerSelfAttentionLayer})
+        num_checkpointed = checkpoint_layers(model, cfg.activation_checkpointing_share)
         training.shard_model(model, [lambda name, module: isinstance(module, TransformerSelfAttentionLayer)],
                              cpu_offload=False)
+        # The root's parameters (embedding, final norm, output projection) stay gathered from the
+        # forward to the backward, as torch does for a root unless told otherwise: a fused loss
+        # reads the output weight after the model returns.
+        model.set_reshard_after_forward(False, recurse=False)
         with training.set_default_dtype(self._dtype), self._device:
             for module in model.modules():
                 if hasattr(module, "rope_init"):
                     module.rope_init()
         training.load_from_full_model_state_dict(model, model_sd, self._device, strict=True)
+        utils.log_rank_zero(log, f"activation checkpointing: {num_checkpointed} of {len(model.layers)} layers")
         return model
 
     def _loss_sum(self, batch: dict) -> torch.Tensor:
         """Summed next-token loss of a micro-batch (labels are already shifted by the loader)."""
         batch = {k: v.to(self._device) for k, v in batch.items()}
-        logits = self._model(batch["tokens"], mask=block_causal_mask(batch["document_ids"]), input_pos=batch["input_pos"])
-        return self._loss_fn(logits, batch["labels"]) * (batch["labels"] != self._loss_fn.ignore_index).sum()
+        output = self._forward(batch["tokens"], mask=block_causal_mask(batch["document_ids"]), input_pos=batch["input_pos"])
+        return self._loss_fn(output, batch["labels"]) * (batch["labels"] != self._loss_fn.ignore_index).sum()
 
     def train(self) -> None:
         self._model.train()

@@ -28,10 +28,10 @@ from typing import Optional
 import torch
 from omegaconf import DictConfig
 from torchtune import config, training, utils
-from torchtune.modules import TransformerSelfAttentionLayer
 from tqdm import tqdm
 
 from entrodrop import schemas
+from entrodrop.activations import checkpoint_layers
 from entrodrop.checkpointing import HFCheckpointer, latest_checkpoint
 from entrodrop.config_check import plain
 from entrodrop.evaluation import (
@@ -43,6 +43,7 @@ from entrodrop.evaluation import (
     task_index,
 )
 from entrodrop.loader import block_causal_mask, build_loader, describe_budget, plan_budget
+from entrodrop.loss import model_output_for
 from entrodrop.method import (
     AUTO,
     EmbeddingHook,
@@ -92,6 +93,8 @@ class EntroDropRecipeSingleDevice:
         self._eval_every = cfg.evaluation.every_n_steps
         self._eval_every_n_epochs = cfg.evaluation.every_n_epochs
         self._config = plain(cfg)  # saved with each checkpoint; a resumed run must match it
+        # A bad loss setting (or liger-kernel missing) fails here, before any data or model loads.
+        self._loss_fn = config.instantiate(cfg.loss)
         self._metric_logger = None
 
     def setup(self, cfg: DictConfig) -> bool:
@@ -114,8 +117,9 @@ class EntroDropRecipeSingleDevice:
         self._model = self._setup_model(cfg, model_sd, base.config, f"{cfg.checkpointer.checkpoint_dir}/config.json")
         self._checkpointer = base
         self._embedding_hook = EmbeddingHook(self._model.tok_embeddings)
-        self._loss_fn = config.instantiate(cfg.loss)
-        self._model.set_num_output_chunks(self._loss_fn.num_output_chunks)
+        # What the loss reads: the final hidden states, projected by a fused loss in chunks so
+        # the [tokens, vocab] logits never exist (entrodrop.loss), or torchtune's chunks of logits.
+        self._forward = model_output_for(self._model, self._loss_fn)
 
         td = cfg.token_dropout
         # midpoint: auto starts unfixed (None: gamma_max(j) = 0 exactly) until an evaluation fixes
@@ -182,17 +186,17 @@ class EntroDropRecipeSingleDevice:
         model.load_state_dict(model_sd, strict=True)
         if cfg.hidden_dropout > 0:
             add_hidden_dropout(model, cfg.hidden_dropout)
-        if cfg.enable_activation_checkpointing:
-            training.set_activation_checkpointing(model, auto_wrap_policy={TransformerSelfAttentionLayer})
+        num_checkpointed = checkpoint_layers(model, cfg.activation_checkpointing_share)
         if cfg.compile:
             training.compile_model(model)
+        log.info(f"activation checkpointing: {num_checkpointed} of {len(model.layers)} layers")
         return model
 
     def _loss_sum(self, batch: dict) -> torch.Tensor:
         """Summed next-token loss of a micro-batch (labels are already shifted by the loader)."""
         batch = {k: v.to(self._device) for k, v in batch.items()}
-        logits = self._model(batch["tokens"], mask=block_causal_mask(batch["document_ids"]), input_pos=batch["input_pos"])
-        return self._loss_fn(logits, batch["labels"]) * (batch["labels"] != self._loss_fn.ignore_index).sum()
+        output = self._forward(batch["tokens"], mask=block_causal_mask(batch["document_ids"]), input_pos=batch["input_pos"])
+        return self._loss_fn(output, batch["labels"]) * (batch["labels"] != self._loss_fn.ignore_index).sum()
 
     def train(self) -> None:
         self._model.train()

@@ -97,6 +97,8 @@ log_every_n_steps: 1
 log_peak_memory_stats: False
 """
 
+CHUNKED_CE = ["loss._component_=torchtune.modules.loss.CEWithChunkedOutputLoss", "loss.num_output_chunks=1",
+              "~loss.chunk_size", "~loss.impl"]
 LLAMA_OVERRIDES = [
     "model._component_=torchtune.models.llama3_1.llama3_1", "~model.head_dim", "~model.tie_word_embeddings",
     "model.max_seq_len=131072", "model.norm_eps=1e-5", "model.rope_base=500000", "model.scale_factor=8",
@@ -204,7 +206,8 @@ def main() -> None:
         ours = {
             "demo qwen3: EntroDrop on": demo + ["token_dropout.schedule=static"],
             "demo qwen3: EntroDrop off": demo + ["token_dropout.schedule=none"],
-            "tiny llama3.1: ours": tiny + ["token_dropout.schedule=none"] + LLAMA_OVERRIDES,
+            # The stock recipe's loss: chunked CE over one chunk of full logits.
+            "tiny llama3.1: ours": tiny + ["token_dropout.schedule=none"] + LLAMA_OVERRIDES + CHUNKED_CE,
         }
         runs = [*ours, "tiny llama3.1: torchtune stock"]
         plan_ms = time_plan(tmp)

@@ -169,3 +169,25 @@ def test_with_midpoint_auto_a_resume_must_keep_the_evaluation_that_places_j0():
     now = plain(numeric)
     now["evaluation"]["every_n_epochs"] = 2
     assert differences(older, now, schemas.may_change_on_resume(numeric)) == []
+
+
+def test_the_activation_checkpointing_boolean_says_what_replaces_it():
+    cfg = OmegaConf.load(TINY_TRAINING)
+    del cfg["activation_checkpointing_share"]
+    cfg.enable_activation_checkpointing = True  # a config written before the share
+    problems = check_config(cfg, schemas.TRAINING, renamed=schemas.RENAMED)
+    assert "missing key: activation_checkpointing_share" in problems
+    assert ("unknown key: enable_activation_checkpointing (renamed: use activation_checkpointing_share; True is 1.0, "
+            "False is 0.0)") in problems
+    cfg = OmegaConf.load(TINY_TRAINING)
+    cfg.activation_checkpointing_share = 2
+    assert "activation_checkpointing_share=2 must be in [0, 1]" in check_config(cfg, schemas.TRAINING)
+
+
+def test_a_checkpoint_saved_with_the_boolean_and_torchtunes_loss_resumes_with_the_fused_loss():
+    now = OmegaConf.load(TINY_TRAINING)
+    saved = plain(now)
+    del saved["activation_checkpointing_share"]
+    saved["enable_activation_checkpointing"] = False
+    saved["loss"] = {"_component_": "torchtune.modules.loss.CEWithChunkedOutputLoss", "num_output_chunks": 1}
+    assert differences(saved, plain(now), schemas.MAY_CHANGE_ON_RESUME) == []

@@ -203,6 +203,24 @@ def test_bucket_losses_on_a_constructed_example():
     torch.testing.assert_close(sums.float(), torch.tensor(expected, dtype=torch.float32), atol=1e-5, rtol=0)
 
 
+def test_bucket_losses_are_the_same_from_chunks_of_logits():
+    # Two rows, logits in 4 chunks along the sequence (torchtune's chunked output): each loss
+    # must meet its own token's label and entropy, as with the whole logits.
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 8, 5, generator=gen)
+    labels = torch.randint(0, 5, (2, 8), generator=gen)
+    labels[1, 6:] = IGNORE_INDEX
+    entropy = torch.rand(2, 8, generator=gen) * 10
+    entropy[:, 0] = math.nan
+    batch = {"tokens": torch.zeros(2, 8, dtype=torch.long), "labels": labels, "entropy": entropy,
+             "document_ids": torch.tensor([[0] * 8, [0] * 6 + [-1] * 2]), "input_pos": torch.arange(8).repeat(2, 1)}
+    whole = bucket_loss_sums(FixedLogits(logits), batch, thresholds=(3.0, 7.0), device=torch.device("cpu"))
+    chunked = bucket_loss_sums(FixedLogits(list(logits.chunk(4, dim=1))), batch, thresholds=(3.0, 7.0),
+                               device=torch.device("cpu"))
+    torch.testing.assert_close(chunked, whole)
+    assert whole[1] == 14  # every labelled token counted once
+
+
 def due_steps(every_n_steps, every_n_epochs, num_steps=30):
     """The steps a 30-step run evaluates after, its target epoch growing 0.3 a step (9 epochs)."""
     epoch = lambda step: step * 3 / 10  # exact at whole epochs: 10 / 10, 20 * 3 / 10...

@@ -57,7 +57,7 @@ def test_low_gate_is_the_bottom_of_each_document():
     for r, doc in [(0, 0), (0, 1), (1, 0)]:
         at = (docs[r] == doc) & ~torch.isnan(h[r])
         values, gated = h[r, at], gate[r, at]
-        assert gated.sum() == math.ceil(at.sum() / 2)
+        assert gated.sum() == at.sum() // 2
         assert values[gated].max() <= values[~gated].min()
     high = entropy_gate(h, docs, 0.3, "high")
     at = (docs[0] == 1) & ~torch.isnan(h[0])
@@ -65,22 +65,23 @@ def test_low_gate_is_the_bottom_of_each_document():
     assert torch.equal(entropy_gate(h, docs, 0.5, "random"), ~torch.isnan(h))
 
 
-def quantile_gate(entropy, document_ids, gate_percentile, targeting):
-    """Eq. 5 written out: a loop over the documents of each row with torch.quantile."""
+def ranked_gate(entropy, document_ids, gate_percentile, targeting):
+    """The gate's rule written out: a loop over the documents of each row, ranking each one's
+    tokens by (entropy, position) - highest entropy first for ``high`` - and gating the first
+    floor(k * n)."""
     gate = torch.zeros_like(entropy, dtype=torch.bool)
     for r in range(entropy.shape[0]):
         has_entropy = ~torch.isnan(entropy[r])
         for doc in document_ids[r][has_entropy].unique():
-            at = (document_ids[r] == doc) & has_entropy
-            h = entropy[r, at]
-            if targeting == "low":
-                gate[r, at] = h <= torch.quantile(h, gate_percentile)
-            else:
-                gate[r, at] = h >= torch.quantile(h, 1.0 - gate_percentile)
+            positions = torch.nonzero((document_ids[r] == doc) & has_entropy).flatten().tolist()
+            sign = 1 if targeting == "low" else -1
+            ranked = sorted(positions, key=lambda t: (sign * float(entropy[r, t]), t))
+            quota = math.floor(round(gate_percentile * len(positions), 6))
+            gate[r, ranked[:quota]] = True
     return gate
 
 
-def test_gate_equals_per_document_quantiles_with_ties():
+def test_gate_follows_the_ranking_rule_with_fp16_ties():
     gen = torch.Generator().manual_seed(4)
     for trial in range(600):
         b, s = int(torch.randint(1, 5, (1,), generator=gen)), int(torch.randint(1, 48, (1,), generator=gen))
@@ -91,7 +92,30 @@ def test_gate_equals_per_document_quantiles_with_ties():
         docs = torch.sort(torch.randint(0, 6, (b, s), generator=gen), dim=1).values
         p = (0.5, 0.25, 0.1, 1.0, 0.33, 0.7)[trial % 6]
         for targeting in ("low", "high"):
-            assert torch.equal(entropy_gate(h, docs, p, targeting), quantile_gate(h, docs, p, targeting)), (trial, targeting)
+            assert torch.equal(entropy_gate(h, docs, p, targeting), ranked_gate(h, docs, p, targeting)), (trial, targeting)
+
+
+@pytest.mark.parametrize("targeting", ["low", "high"])
+def test_all_equal_entropies_gate_exactly_floor_k_n_earliest_first(targeting):
+    # A random model's fp16 entropies: all equal. `H <= percentile` would gate every token.
+    h = torch.full((3, 41), 11.9296875, dtype=torch.float16).float()
+    h[:, 0] = NAN  # each row one document whose first token has no entropy: n = 40
+    docs = torch.zeros(3, 41, dtype=torch.long)
+    for k, expected in [(0.5, 20), (0.1, 4), (0.29, 11), (0.33, 13), (1.0, 40), (0.01, 0)]:
+        gate = entropy_gate(h, docs, k, targeting)
+        assert gate.sum(1).tolist() == [expected] * 3, k
+        assert gate[:, 1:1 + expected].all(), "ties are not broken by position, earlier first"
+    n = torch.full((1, 100), 3.0)
+    assert int(entropy_gate(n, torch.zeros(1, 100, dtype=torch.long), 0.29, targeting).sum()) == 29  # not 28
+
+
+def test_gate_counts_per_document_with_ties_at_the_percentile():
+    # Two documents in one row; the second has ties straddling its median.
+    h = torch.tensor([[NAN, 1.0, 2.0, 2.0, 2.0, 3.0, NAN, 5.0, 5.0, 1.0, 5.0]]).half().float()
+    docs = torch.tensor([[0] * 6 + [1] * 5])
+    # n = 5 and 4: two tokens each; of equal entropies the earlier is taken.
+    assert entropy_gate(h, docs, 0.5, "low").int().tolist() == [[0, 1, 1, 0, 0, 0, 0, 1, 0, 1, 0]]
+    assert entropy_gate(h, docs, 0.5, "high").int().tolist() == [[0, 0, 1, 0, 0, 1, 0, 1, 1, 0, 0]]
 
 
 def test_drop_fraction_matches_expected_gamma_times_gated_fraction():

@@ -168,6 +168,29 @@ def test_sigkill_before_and_after_midpoint_auto_fixes_j0_and_resume_logs_the_sam
     assert summary(killed)["auto_midpoint"] == summary(tmp_path / "straight")["auto_midpoint"] == state["j0"]
 
 
+# The tiny configs train with the fused loss (entrodrop.loss.LinearCrossEntropy); this is torchtune's.
+CHUNKED_CE = ["loss._component_=torchtune.modules.loss.CEWithChunkedOutputLoss", "loss.num_output_chunks=2",
+              "~loss.chunk_size", "~loss.impl"]
+
+
+def test_the_fused_loss_trains_like_torchtunes_chunked_loss_on_one_and_two_processes(data, tune_run, tmp_path):
+    # 5 steps of 8 x 256 tokens, dropout from the first; the two processes also checkpoint one
+    # of the two layers, and FSDP2 shards the output weight the fused loss reads.
+    steps = ["total_tokens=10240", "token_dropout.midpoint=0", *NO_EVAL]
+    run(tune_run, *train_args(SINGLE, data, tmp_path / "fused", *steps))
+    run(tune_run, *train_args(SINGLE, data, tmp_path / "chunked", *steps, *CHUNKED_CE))
+    run(tune_run, *train_args(DISTRIBUTED, data, tmp_path / "two", *steps, "activation_checkpointing_share=0.5"), nproc=2)
+    fused, chunked, two = logged(tmp_path / "fused"), logged(tmp_path / "chunked"), logged(tmp_path / "two")
+    assert sorted(fused) == sorted(chunked) == sorted(two) == [1, 2, 3, 4, 5]
+    for step in fused:
+        for other in (chunked, two):
+            # fp32 on both paths, summed in another order: 1e-5 relative (see tests/test_loss.py)
+            assert float(other[step]["loss"]) == pytest.approx(float(fused[step]["loss"]), rel=1e-5)
+            assert float(other[step]["grad_norm"]) == pytest.approx(float(fused[step]["grad_norm"]), rel=1e-4)
+            assert other[step]["target_dropped"] == fused[step]["target_dropped"]
+    assert any(float(s["target_dropped"]) > 0 for s in fused.values())
+
+
 # midpoint 0: tokens are dropped from the first step, so every switch has something to change.
 SWITCH_BASE = ["total_tokens=6144", "token_dropout.midpoint=0", *NO_EVAL]
 SWITCHES = {  # switch: (overrides, what must differ from the plain EntroDrop run)
@@ -178,7 +201,9 @@ SWITCHES = {  # switch: (overrides, what must differ from the plain EntroDrop ru
     "neftune": (["neftune_alpha=5.0"], "loss"),
     "hidden dropout": (["hidden_dropout=0.1"], "loss"),
     "weight decay": (["optimizer.weight_decay=0.1"], "loss"),
-    "activation checkpointing and compile": (["enable_activation_checkpointing=True", "compile=True"], None),
+    "activation checkpointing and compile": (["activation_checkpointing_share=1.0", "compile=True"], None),
+    "half the layers checkpointed": (["activation_checkpointing_share=0.5"], None),
+    "torchtune's chunked loss": (CHUNKED_CE, None),
 }
 
 

@@ -1,0 +1,136 @@
+"""Benchmark the training loss on CPU: forward + backward time and peak memory. Prints a table.
+
+    python scripts/bench_loss.py [--tokens 8192] [--dim 1024] [--vocab 151936] [--repeats 3]
+                                 [--chunk-sizes 1024,4096]
+
+The last step of a Qwen3-0.6B-wide model in fp32: ``--tokens`` hidden states of width ``--dim``
+(2 rows) against a ``--vocab`` x ``--dim`` output weight, labels random with 5% ignored (-100),
+the mean loss, gradients of the hidden states and the weight. Three ways:
+
+1. ``unfused``: the full ``[tokens, vocab]`` logits, then ``F.cross_entropy``;
+2. ``torchtune chunked``: ``CEWithChunkedOutputLoss`` over 8 chunks of logits, projected chunk by
+   chunk along the sequence as ``TransformerDecoder.chunked_output`` does (all 8 are kept for
+   backward);
+3. ``fused``: ``entrodrop.loss.linear_cross_entropy``, ``chunk_size`` tokens at a time, logits
+   recomputed in backward.
+
+Each runs in a child process of its own, ``--repeats`` times; the table shows the median
+seconds and the peak resident memory (``ru_maxrss``) above what the process held with its
+inputs in place, the weight's gradient (the size of the weight) included. The unfused run needs
+about 15 GB more than its inputs at the default sizes; the script refuses to start one that
+the machine's available memory cannot hold.
+"""
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+GIB = 1024**3
+
+
+def rss_bytes() -> int:
+    """This process's resident memory now."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize()
+
+
+def available_bytes() -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def child(variant: str, tokens: int, dim: int, vocab: int, repeats: int, chunk_size: int) -> dict:
+    """Run one variant ``repeats`` times in this process; its seconds and peak extra memory."""
+    import torch
+    import torch.nn.functional as F
+    from torchtune.modules.loss import CEWithChunkedOutputLoss
+
+    sys.path.insert(0, str(REPO))
+    from entrodrop.loss import linear_cross_entropy
+
+    gen = torch.Generator().manual_seed(0)
+    hidden = torch.randn(2, tokens // 2, dim, generator=gen).requires_grad_()
+    weight = (torch.randn(vocab, dim, generator=gen) * dim**-0.5).requires_grad_()
+    labels = torch.randint(0, vocab, (2, tokens // 2), generator=gen)
+    labels[torch.rand(labels.shape, generator=gen) < 0.05] = -100
+    chunked_ce = CEWithChunkedOutputLoss(num_output_chunks=8)
+
+    def step() -> float:
+        if variant == "unfused":
+            loss = F.cross_entropy(F.linear(hidden, weight).flatten(0, 1), labels.flatten(), ignore_index=-100)
+        elif variant == "torchtune chunked":
+            logits = [F.linear(chunk, weight) for chunk in hidden.chunk(8, dim=1)]
+            loss = chunked_ce(logits, labels)
+            del logits  # as torchtune's recipes do before backward; autograd keeps what it needs
+        else:
+            loss = linear_cross_entropy(hidden, weight, labels, chunk_size, reduction="mean")
+        loss.backward()
+        return loss.item()
+
+    base = rss_bytes()
+    seconds, losses = [], []
+    for _ in range(repeats):
+        hidden.grad = weight.grad = None
+        start = time.perf_counter()
+        losses.append(step())
+        seconds.append(time.perf_counter() - start)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    return {"seconds": seconds, "peak_extra_bytes": peak - base, "loss": losses[-1],
+            "threads": torch.get_num_threads()}
+
+
+def run_child(variant: str, args, chunk_size: int) -> dict:
+    command = [sys.executable, __file__, "--child", variant, "--tokens", str(args.tokens), "--dim", str(args.dim),
+               "--vocab", str(args.vocab), "--repeats", str(args.repeats), "--chunk-size", str(chunk_size)]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"{variant} failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=8192)
+    parser.add_argument("--dim", type=int, default=1024)
+    parser.add_argument("--vocab", type=int, default=151_936)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--chunk-sizes", default="1024,4096", help="the fused loss's chunk sizes, comma-separated")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--chunk-size", type=int, default=1024, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child, args.tokens, args.dim, args.vocab, args.repeats, args.chunk_size)))
+        return
+
+    logits_bytes = args.tokens * args.vocab * 4
+    runs = [("unfused", "unfused", 0), ("torchtune chunked", "torchtune CEWithChunkedOutputLoss, 8 chunks", 0)]
+    runs += [("fused", f"fused (entrodrop.loss), chunk_size {c}", c) for c in map(int, args.chunk_sizes.split(","))]
+    print(f"{args.tokens} tokens x width {args.dim}, weight {args.vocab} x {args.dim}, fp32, forward + backward; "
+          f"full logits would be {logits_bytes / GIB:.1f} GiB")
+    rows, threads = [], "?"
+    for variant, label, chunk_size in runs:
+        if variant == "unfused" and available_bytes() < 3.2 * logits_bytes:
+            rows.append((label, "skipped", f"needs ~{3.2 * logits_bytes / GIB:.0f} GiB free", ""))
+            continue
+        out = run_child(variant, args, chunk_size)
+        rows.append((label, f"{statistics.median(out['seconds']):.2f}", f"{out['peak_extra_bytes'] / GIB:.2f}",
+                     f"{out['loss']:.6f}"))
+        threads = out["threads"]
+    print(f"median of {args.repeats} runs, {threads} threads; peak memory is peak RSS above the inputs\n")
+    print("| loss | seconds | peak extra GiB | loss value |")
+    print("|---|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+
+
+if __name__ == "__main__":
+    main()
