@@ -3,12 +3,24 @@
 H(x_t) = -sum_v p(v | x_<t) log p(v | x_<t) is the entropy of the distribution the model
 predicts *for* token t, read off the hidden state at position t - 1. The first token of a
 sample has no context and no entropy: it is NaN, and NaN is never gated for dropout.
+
+Samples reach the model in one of two layouts, with the same entropies (to rounding):
+
+- batched by length (``sample_entropies``): right-padded, one sample a row, plain causal
+  attention; batches of similar lengths waste little, but every batch has its own shape;
+- packed (``packed_sample_entropies``): whole samples laid end to end in rows of a fixed
+  length with a block-causal mask and per-document positions, as training packs them
+  (``entrodrop.loader.pack_rows``), so every batch has one shape and almost no padding.
 """
 
+import bisect
 from typing import Callable, List, Optional, Sequence
 
 import torch
 from torchtune.modules import TiedLinear, TransformerDecoder
+from torchtune.modules.attention_utils import _MaskType
+
+from entrodrop.loader import IGNORE_INDEX, TARGET, block_causal_mask, pack_rows
 
 
 def output_weight(model: TransformerDecoder) -> torch.Tensor:
@@ -18,16 +30,18 @@ def output_weight(model: TransformerDecoder) -> torch.Tensor:
     return model.output.weight
 
 
-def final_hidden_states(model: TransformerDecoder, tokens: torch.Tensor) -> torch.Tensor:
+def final_hidden_states(model: TransformerDecoder, tokens: torch.Tensor, mask: Optional[_MaskType] = None,
+                        input_pos: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``[b, s] -> [b, s, dim]``: the normed last hidden states, before the output projection.
 
     ``TransformerDecoder.forward`` would project every position to the full vocabulary at
     once, so we run its parts and stop before the output layer. Right padding needs no
-    mask: attention is causal, so padding never reaches the positions before it.
+    mask: attention is causal, so padding never reaches the positions before it. Packed
+    rows pass ``block_causal_mask`` and each token's position in its document.
     """
     h = model.tok_embeddings(tokens)
     for layer in model.layers:
-        h = layer(h)
+        h = layer(h, mask=mask, input_pos=input_pos)
     return model.norm(h)
 
 
@@ -109,27 +123,131 @@ def sample_entropies(
     return [torch.cat([first, h]) for h in flat.split((lengths - 1).tolist())]
 
 
+def pack_samples(lengths: Sequence[int], pack_len: int) -> List[List[int]]:
+    """Rows of sample indices whose lengths sum to at most ``pack_len``, by best fit decreasing.
+
+    Samples are taken longest first (ties in index order), each into the row with the least
+    room that still holds it, else into a new row; a row lists its samples longest first.
+    The rows depend on ``lengths`` alone. Empty samples go in no row.
+
+    Raises:
+        ValueError: a sample longer than ``pack_len``, named with both lengths.
+
+    Example:
+        >>> pack_samples([3, 5, 0, 2, 4], pack_len=7)
+        [[1, 3], [4, 0]]
+    """
+    too_long = [i for i, n in enumerate(lengths) if n > pack_len]
+    if too_long:
+        i = too_long[0]
+        raise ValueError(f"sample {i} has {lengths[i]} tokens, more than the pack length {pack_len} "
+                         f"({len(too_long)} sample(s) longer): packed rows hold whole samples")
+    rows: List[List[int]] = []
+    room: List[tuple] = []  # (free tokens, row) of the rows not full, in increasing order
+    for i in sorted((i for i, n in enumerate(lengths) if n), key=lambda i: (-lengths[i], i)):
+        k = bisect.bisect_left(room, (lengths[i], -1))  # the first row with room >= lengths[i]
+        if k == len(room):
+            rows.append([])
+            free, r = pack_len, len(rows) - 1
+        else:
+            free, r = room.pop(k)
+        rows[r].append(i)
+        if free > lengths[i]:
+            bisect.insort(room, (free - lengths[i], r))
+    return rows
+
+
+@torch.no_grad()
+def packed_sample_entropies(
+    model: TransformerDecoder,
+    rows: List[List[torch.Tensor]],
+    pack_len: int,
+    chunk_size: int,
+    vocab_chunk_size: int,
+) -> List[List[torch.Tensor]]:
+    """``sample_entropies`` of samples packed whole into rows of ``pack_len`` tokens.
+
+    Row r holds the samples ``rows[r]`` end to end, then padding; the batch is
+    ``[len(rows), pack_len]`` however many samples it holds (a row may be empty). Each
+    sample attends only to itself (``block_causal_mask``: a dense bool mask on CPU, a flex
+    attention ``BlockMask`` on GPUs) and has its own positions from 0, so its entropies are
+    those it has alone. Only positions that predict a token of their own sample reach the
+    output projection.
+
+    Args:
+        model (TransformerDecoder): the base model, in eval mode.
+        rows (List[List[torch.Tensor]]): 1-D token ids, the samples of each row; each
+            sample of length >= 1, each row's lengths summing to at most ``pack_len``.
+        pack_len (int): tokens per row.
+        chunk_size (int): tokens per output-projection chunk.
+        vocab_chunk_size (int): vocabulary columns per block.
+
+    Returns:
+        List[List[torch.Tensor]]: ``[L]`` fp32 entropies of each sample, NaN at position 0,
+        in the layout of ``rows``.
+    """
+    device = output_weight(model).device
+    flat = [s.numpy() for row in rows for s in row]
+    numbers = iter(range(len(flat)))
+    layout = [[(TARGET, next(numbers)) for _ in row] for row in rows]  # pack_rows' (domain, id) per sample
+    batch = pack_rows(layout, pack_len, lambda _, i: (flat[i], None))
+    document_ids = batch["document_ids"].to(device)
+    # pack_rows numbers padding positions from 0 after a row's last sample; they count to
+    # pack_len - 1 in an empty row, past the rotary cache of a model whose max_seq_len is
+    # shorter. Padding is read by nothing, so position 0 serves.
+    input_pos = batch["input_pos"].masked_fill(batch["document_ids"] < 0, 0).to(device)
+    hidden = final_hidden_states(model, batch["tokens"].to(device), block_causal_mask(document_ids), input_pos)
+    # A position predicts the next token of its own sample exactly where it has a label.
+    predicts = (batch["labels"] != IGNORE_INDEX).to(device)
+    entropies = entropy_from_hidden(hidden[predicts], output_weight(model), chunk_size, vocab_chunk_size).cpu()
+    first = torch.full((1,), float("nan"))
+    per_sample = iter([torch.cat([first, h]) for h in entropies.split([len(s) - 1 for s in flat])])
+    return [[next(per_sample) for _ in row] for row in rows]
+
+
 def shard_entropies(
     model: TransformerDecoder,
     samples: Sequence[Sequence[int]],
     batch_size: int,
     chunk_size: int,
     vocab_chunk_size: int,
+    pack_len: Optional[int],
     on_batch: Optional[Callable[[int], None]] = None,
 ) -> List[torch.Tensor]:
-    """``sample_entropies`` of a list of samples, ``batch_size`` at a time, in their order.
+    """The entropies of a list of samples, in their order, ``batch_size`` samples or rows at a time.
 
-    Samples are batched by length (less padding); the batches depend on ``samples`` alone,
-    so a shard comes out the same whichever process computes it. Empty samples give empty
-    tensors. ``on_batch`` is called with each batch's token count (for a progress bar).
+    ``pack_len=None`` batches ``batch_size`` samples by length (``sample_entropies``: less
+    padding); an integer packs the samples into rows of ``pack_len`` tokens (``pack_samples``,
+    ``packed_sample_entropies``) and runs ``batch_size`` rows at a time, the last batch
+    filled with empty rows so that every batch is ``[batch_size, pack_len]``. Either way the
+    batches depend on ``samples`` alone, so a shard comes out the same whichever process
+    computes it. Empty samples give empty tensors. ``on_batch`` is called with each batch's
+    token count (for a progress bar).
+
+    Raises:
+        ValueError: with ``pack_len``, a sample longer than ``pack_len``.
     """
-    order = sorted((i for i in range(len(samples)) if len(samples[i])), key=lambda i: len(samples[i]))
     result = [torch.zeros(0) for _ in samples]
-    for start in range(0, len(order), batch_size):
-        batch = order[start : start + batch_size]
-        entropies = sample_entropies(model, [torch.tensor(samples[i]) for i in batch], chunk_size, vocab_chunk_size)
-        for i, h in zip(batch, entropies):
-            result[i] = h
+    if pack_len is None:
+        order = sorted((i for i in range(len(samples)) if len(samples[i])), key=lambda i: len(samples[i]))
+        for start in range(0, len(order), batch_size):
+            batch = order[start : start + batch_size]
+            entropies = sample_entropies(model, [torch.tensor(samples[i]) for i in batch], chunk_size, vocab_chunk_size)
+            for i, h in zip(batch, entropies):
+                result[i] = h
+            if on_batch is not None:
+                on_batch(sum(len(samples[i]) for i in batch))
+        return result
+    rows = pack_samples([len(s) for s in samples], pack_len)
+    for start in range(0, len(rows), batch_size):
+        batch = rows[start : start + batch_size]
+        # The shard's last batch is filled with empty rows: one shape for every batch, so a
+        # compiled model and flex attention see no new shape.
+        padded = [[torch.tensor(samples[i]) for i in row] for row in batch] + [[]] * (batch_size - len(batch))
+        entropies = packed_sample_entropies(model, padded, pack_len, chunk_size, vocab_chunk_size)
+        for row, row_entropies in zip(batch, entropies):
+            for i, h in zip(row, row_entropies):
+                result[i] = h
         if on_batch is not None:
-            on_batch(sum(len(samples[i]) for i in batch))
+            on_batch(sum(len(samples[i]) for row in batch for i in row))
     return result

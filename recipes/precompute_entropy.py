@@ -85,7 +85,7 @@ class PrecomputeEntropyRecipe:
         for shard in self._shards:
             samples = [self._tokens[i] for i in self._writer.shard_samples(shard)]
             entropies = shard_entropies(self._model, samples, self._batch_size, self._chunk_size,
-                                        self._vocab_chunk_size, on_batch=progress.update)
+                                        self._vocab_chunk_size, None, on_batch=progress.update)
             self._writer.write_shard(shard, [h.numpy() for h in entropies], sample_table(samples))
         progress.close()
         if self._shards:

@@ -1,5 +1,5 @@
 """Token entropy: equal to a full-softmax computation and to transformers' logits, and
-independent of chunk size, batch size and padding."""
+independent of chunk size, batch size, padding and packing."""
 
 import math
 
@@ -9,7 +9,7 @@ from torchtune.models.llama3_1 import llama3_1
 
 from entrodrop.checkpointing import HFCheckpointer
 from entrodrop.corpus import tokenize_corpus
-from entrodrop.entropy import entropy_from_hidden, output_weight, sample_entropies
+from entrodrop.entropy import entropy_from_hidden, output_weight, pack_samples, sample_entropies, shard_entropies
 from entrodrop.models.qwen3 import qwen3, qwen3_tokenizer
 
 
@@ -93,3 +93,59 @@ def test_a_sample_of_one_token_has_only_nan(tiny):
     _, models = tiny
     (h,) = sample_entropies(models["qwen3"], [torch.tensor([5])], chunk_size=4, vocab_chunk_size=64)
     assert h.shape == (1,) and torch.isnan(h).all()
+
+
+def test_pack_samples_places_every_sample_once_within_the_pack_length():
+    gen = torch.Generator().manual_seed(0)
+    lengths = torch.randint(0, 100, (300,), generator=gen).tolist() + [0, 100, 1]
+    rows = pack_samples(lengths, pack_len=100)
+    placed = [i for row in rows for i in row]
+    assert sorted(placed) == [i for i, n in enumerate(lengths) if n]  # each non-empty sample once
+    assert all(sum(lengths[i] for i in row) <= 100 for row in rows)
+    assert [lengths[i] for i in rows[0]] == [100]  # a sample of exactly the pack length fills a row
+    # Best fit decreasing fills these rows to 95% (in the order given, a new row whenever a
+    # sample does not fit the current one would fill 74%).
+    assert sum(lengths) / (100 * len(rows)) > 0.95
+    assert pack_samples(lengths, pack_len=100) == rows  # a function of the lengths alone
+
+
+def test_pack_samples_refuses_a_sample_longer_than_the_pack_length():
+    with pytest.raises(ValueError, match=r"sample 2 has 9 tokens, more than the pack length 8 \(2 sample"):
+        pack_samples([8, 3, 9, 0, 12], pack_len=8)
+
+
+@pytest.mark.parametrize("name", ["qwen3", "llama3_1"])
+def test_packed_and_unpacked_entropies_agree(tiny, name):
+    """fp32 on CPU: the packed layout (block-causal mask, per-document positions) gives each
+    sample the entropies it has batched by length, within 1e-4 nats, and the same NaNs."""
+    samples, models = tiny
+    model = models[name]
+    samples = [s.tolist() for s in samples] + [[], [7], samples[0][:2].tolist()]  # lists, as a shard gives
+    pack_len = max(len(s) for s in samples)  # one sample exactly fills a row
+    assert len({len(s) for s in samples}) > 3 and sum(map(len, samples)) > 3 * pack_len
+    by_length = shard_entropies(model, samples, 4, 7, 500, pack_len=None)
+    # 3 rows a batch: rows from several batches, the last one filled with empty rows.
+    packed = shard_entropies(model, samples, 3, 7, 500, pack_len=pack_len)
+    assert [len(h) for h in packed] == [len(h) for h in by_length] == [len(s) for s in samples]
+    assert packed[-3].shape == (0,) and torch.isnan(packed[-2]).all()
+    for a, b in zip(packed, by_length):
+        if len(a):
+            assert torch.isnan(a[0]) and not torch.isnan(a[1:]).any()
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=0, equal_nan=True)
+
+
+def test_packed_rows_may_be_longer_than_the_models_rotary_cache(tiny, make_tiny_assets):
+    samples, models = tiny
+    pack_len = make_tiny_assets.TINY_QWEN3["max_seq_len"] + 100  # padding positions restart at 0
+    samples = [s.tolist() for s in samples[:3]]
+    by_length = shard_entropies(models["qwen3"], samples, 3, 64, 2048, pack_len=None)
+    packed = shard_entropies(models["qwen3"], samples, 2, 64, 2048, pack_len=pack_len)
+    for a, b in zip(packed, by_length):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=0, equal_nan=True)
+
+
+def test_packed_shard_refuses_a_sample_longer_than_the_rows(tiny):
+    samples, models = tiny
+    longest = max(len(s) for s in samples)
+    with pytest.raises(ValueError, match=f"has {longest} tokens, more than the pack length {longest - 1}"):
+        shard_entropies(models["qwen3"], [s.tolist() for s in samples], 2, 64, 2048, pack_len=longest - 1)
