@@ -177,7 +177,8 @@ def main() -> None:
             f"data.target_entropy={cache}", f"data.general_tokens={stores['general']}", f"data.seq_len={args.seq_len}",
             f"global_batch_size={args.rows}", f"gradient_accumulation_steps={max(1, args.rows // micro)}",
             f"total_tokens={args.steps * args.rows * args.seq_len}", f"device={args.device}",
-            "evaluation.validation.target_tokens=null", "evaluation.every_n_epochs=null", "overwrite=True",
+            "evaluation.validation.target_tokens=null", "evaluation.validation.target_entropy=null",
+            "evaluation.every_n_epochs=null", "overwrite=True",
             *[f"evaluation.lm_eval.tasks.{group}=[]" for group in cfg.evaluation.lm_eval.tasks],
         ]
         runs = {"none": [], "static": []}

@@ -198,7 +198,8 @@ def main() -> None:
                 f"data.general_tokens={tmp}/general", f"total_tokens={args.steps * SLOTS}",
                 f"save_every_n_steps={args.steps}",
                 # evaluation off: this measures training steps
-                "evaluation.validation.target_tokens=null", "evaluation.lm_eval.tasks.code=[]"]
+                "evaluation.validation.target_tokens=null", "evaluation.validation.target_entropy=null",
+                "evaluation.lm_eval.tasks.code=[]"]
         demo = ["recipes/entrodrop_single_device.py", "--config", "configs/demo/cpt_entrodrop.yaml",
                 "checkpointer.checkpoint_dir=assets/tiny/qwen3_demo", *data]
         tiny = ["recipes/entrodrop_single_device.py", "--config", "configs/tiny/qwen3_entrodrop_single_device.yaml",
