@@ -45,6 +45,7 @@ import subprocess
 import sys
 import sysconfig
 import time
+from functools import partial
 from pathlib import Path
 
 from entrodrop.checkpointing import latest_checkpoint
@@ -287,15 +288,16 @@ def run_parallel(commands: list, at_once: int) -> None:
             raise SystemExit(f"demo stopped: {failed} failed; see {logs}/<name>.log")
 
 
-def gpu_runs() -> None:
-    """Every run after the baseline, at its compute and data order, ``GPU_PARALLEL`` at a time."""
+def gpu_runs(runs: list) -> None:
+    """``runs`` (of ``GPU_RUNS``) side by side on the GPU, each at the baseline's compute and data
+    order."""
     midpoint, line = choose_midpoint(read_run(GPU_OUT / "baseline"))
     print(f"    {line}")
     commands = [(name, ["recipes/entrodrop_single_device.py", "--config", f"{GPU_CONFIGS}/{config}.yaml",
                         f"checkpointer.checkpoint_dir={base(GPU_OUT)}", f"total_tokens={GPU_CPT_TOKENS}",
                         f"output_dir=outputs/demo_gpu/{name}", *(o.format(midpoint=midpoint) for o in overrides)])
-                for name, config, overrides in GPU_RUNS]
-    run_parallel(commands, GPU_PARALLEL)
+                for name, config, overrides in runs]
+    run_parallel(commands, len(commands))
 
 
 def gpu_report() -> None:
@@ -340,8 +342,10 @@ def gpu_stages() -> list:
         ("baseline (seed 0): multi-epoch continual pre-training", lambda: tune(
             "recipes/entrodrop_single_device.py", "--config", f"{GPU_CONFIGS}/cpt_baseline.yaml",
             f"checkpointer.checkpoint_dir={base(GPU_OUT)}", f"total_tokens={GPU_CPT_TOKENS}"), [GPU_OUT / "baseline"]),
-        (f"{len(GPU_RUNS)} more runs at the same compute, {GPU_PARALLEL} at a time", gpu_runs,
-         [GPU_OUT / name for name, _, _ in GPU_RUNS]),
+        # GPU_PARALLEL runs a stage, so a call that ends mid-way loses one group at most.
+        *[(f"runs at the same compute: {', '.join(name for name, _, _ in group)}", partial(gpu_runs, group),
+           [GPU_OUT / name for name, _, _ in group])
+          for group in (GPU_RUNS[k : k + GPU_PARALLEL] for k in range(0, len(GPU_RUNS), GPU_PARALLEL))],
         ("report: tables 3 and 4, figures 1b, 1c and 5c", gpu_report, [GPU_OUT / "report"]),
     ]
 

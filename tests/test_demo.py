@@ -78,3 +78,15 @@ def test_tables_3_and_4_put_the_seed_spread_beside_each_difference(tmp_path):
     assert table[2] == "| baseline | 2.00 | 1.6000 | +0.0000 | -1.600 | +0.000 |"
     assert table[3] == "| gamma_max 0.1 | 3.00 | 1.5000 | -0.1000 | -1.500 | +0.100 |"
     assert "min val loss 0.0200, best code average 0.020. A difference within it is noise." in table[-1]
+
+
+def test_the_gpu_runs_are_stages_of_at_most_gpu_parallel_runs_so_a_killed_call_loses_one_group():
+    stages = demo.gpu_stages()
+    titles = [title for title, _, _ in stages]
+    groups = [(title, outputs) for title, _, outputs in stages if title.startswith("runs at the same compute")]
+    assert len(groups) == -(-len(demo.GPU_RUNS) // demo.GPU_PARALLEL)  # 11 runs, 4 at a time: 3 stages
+    assert all(len(outputs) <= demo.GPU_PARALLEL for _, outputs in groups)
+    assert [p.name for _, outputs in groups for p in outputs] == [name for name, _, _ in demo.GPU_RUNS]
+    assert len(set(titles)) == len(titles)  # a stage's mark names it: no two alike
+    assert titles.index(groups[0][0]) > titles.index(next(t for t in titles if t.startswith("baseline")))
+    assert titles[-1].startswith("report")
