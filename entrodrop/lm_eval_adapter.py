@@ -47,16 +47,25 @@ class TorchtuneLM(TemplateLM):
         compile_decode (bool): run the one-token decode step under ``torch.compile`` (on CUDA
             with ``mode="reduce-overhead"``: CUDA graphs over the static KV cache). Greedy
             outputs are the same tokens as eager.
+        stop_check_every (int): decode steps between two reads of the new tokens, where rows
+            are checked for EOS and stop strings (and, sharded, the ranks agree to stop). In
+            between, the steps are queued on the device without waiting for it, and the host's
+            per-row checks of one block overlap the device's next steps; a batch runs at most
+            ``stop_check_every - 1`` steps past its last row's stop. Outputs do not depend on it.
     """
 
     def __init__(self, model: torch.nn.Module, tokenizer, device: torch.device, max_seq_len: int,
                  batch_size: int, max_gen_toks: int = 256, distributed: bool = False,
-                 generation_batch_size: Optional[int] = None, compile_decode: bool = False) -> None:
+                 generation_batch_size: Optional[int] = None, compile_decode: bool = False,
+                 stop_check_every: int = 8) -> None:
         super().__init__()
         self._model, self._tokenizer, self._device = model, tokenizer, device
         self._max_seq_len, self._batch_size, self._max_gen_toks = max_seq_len, batch_size, max_gen_toks
         self._generation_batch_size = generation_batch_size or batch_size
         self._compile_decode, self._cache_shape = compile_decode, None
+        if stop_check_every < 1:
+            raise ValueError(f"stop_check_every={stop_check_every}: must be at least 1")
+        self._stop_check_every = stop_check_every
         # On a GPU "reduce-overhead" replays the step as a CUDA graph: no per-kernel launch cost.
         mode = "reduce-overhead" if device.type == "cuda" else None
         self._decode = torch.compile(self._decode_step, mode=mode, dynamic=False) if compile_decode else self._decode_step
@@ -210,12 +219,15 @@ class TorchtuneLM(TemplateLM):
     @torch.no_grad()
     def _generate(self, batch: List[Tuple[List[int], int, Sequence[str]]], max_new: int) -> List[List[int]]:
         """Greedy continuations of left-padded prompts ``(prompt, n, stops)``: each row generates
-        until ``_stopped``, at most ``max_new`` tokens; the batch stops when every row has. A row's
-        tokens are those an unstopped loop would give, up to where it stopped.
+        until ``_stopped``, at most ``max_new`` tokens; the batch stops at the first check (every
+        ``stop_check_every`` tokens) after every row has. A row's tokens are those an unstopped
+        loop would give, up to where it stopped.
 
         The cache holds ``width + max_new`` positions; with ``compile_decode`` it is rounded up to
         a power of two (at most ``max_seq_len``), so a few shapes serve every batch and the decode
         step compiles a few times, not once per prompt length."""
+        if max_new == 0:
+            return [[] for _ in batch]
         prompts = [p[-(self._max_seq_len - max_new) :] for p, *_ in batch]
         width = max(len(p) for p in prompts)
         length = width + max_new
@@ -233,18 +245,28 @@ class TorchtuneLM(TemplateLM):
         generated: List[List[int]] = [[] for _ in batch]
         stopped = [False] * len(batch)
         self._fresh_caches(len(prompts), length)
+        # New tokens land on the device (a copy: a CUDA graph's output is overwritten by its next
+        # replay) and are read a block at a time.
+        new = torch.empty(len(prompts), max_new, dtype=torch.long, device=self._device)
         # The prompt, of a new width each batch, runs eagerly; each decode step has one shape.
         x = self._decode_step(tokens.to(self._device), positions[:, :width], masks[:, :width])
-        for step in range(max_new):
-            if step:
-                now = slice(width + step - 1, width + step)
-                x = self._decode(x, positions[:, now], masks[:, now])
-            for r, token in enumerate(x[:, 0].tolist()):
-                if not stopped[r]:
-                    generated[r].append(token)
-                    stopped[r] = self._stopped(generated[r], batch[r][1], batch[r][2])
-            if self._all_ranks_done(all(stopped)):
-                break
+        made, read = 1, 0
+        while True:
+            new[:, made - 1 : made].copy_(x)
+            if made - read == self._stop_check_every or made == max_new:
+                for r, block in enumerate(new[:, read:made].tolist()):
+                    for token in block:
+                        if stopped[r]:
+                            break
+                        generated[r].append(token)
+                        stopped[r] = self._stopped(generated[r], batch[r][1], batch[r][2])
+                read = made
+                # Every rank has made the same number of tokens: they check, and stop, together.
+                if made == max_new or self._all_ranks_done(all(stopped)):
+                    break
+            now = slice(width + made - 1, width + made)
+            x = self._decode(x, positions[:, now], masks[:, now])
+            made += 1
         return generated
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> List[str]:

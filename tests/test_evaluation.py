@@ -122,12 +122,14 @@ def greedy_without_cache(model, ids: list, n: int) -> list:
     return ids[-n:]
 
 
-@pytest.mark.parametrize("compile_decode", [False, True], ids=["eager", "compiled"])
-def test_each_row_stops_at_its_stop_string_or_eos_as_it_generates(tiny, caplog, compile_decode):
+@pytest.mark.parametrize("compile_decode, check_every", [(False, 1), (True, 1), (False, 4), (True, 3)],
+                         ids=["eager", "compiled", "eager-check-every-4", "compiled-check-every-3"])
+def test_each_row_stops_at_its_stop_string_or_eos_as_it_generates(tiny, caplog, compile_decode, check_every):
     """Left-padded rows of one batch: one cut by a stop string, one by EOS, one runs to
     max_gen_toks. Every text is what a full greedy run cut afterwards gives, and the batch
-    stops once its last row has (counted forwards), not at max_gen_toks for every row; the
-    same with the decode step compiled (its cache rounded up to a power of two)."""
+    stops at the first check after its last row has (counted forwards), not at max_gen_toks
+    for every row; the same with the decode step compiled (its cache rounded up to a power of
+    two) and with the new tokens read every few steps."""
     model, tokenizer = tiny
     prompts, n = ["def main():", "import", "x = [1, 2"], 12
     reference = [greedy_without_cache(model, tokenizer.encode(p, add_bos=False, add_eos=False), n) for p in prompts]
@@ -136,7 +138,7 @@ def test_each_row_stops_at_its_stop_string_or_eos_as_it_generates(tiny, caplog, 
     eos = reference[1][4]  # row 1 stops at (or before) its 5th token
     assert stop and eos not in reference[0][:5] and eos not in reference[2]
     lm = TorchtuneLM(model, EosIs(tokenizer, eos), torch.device("cpu"), max_seq_len=128, batch_size=1,
-                     generation_batch_size=3, compile_decode=compile_decode)
+                     generation_batch_size=3, compile_decode=compile_decode, stop_check_every=check_every)
     forwards = []
     caplog.set_level("INFO")
     hook = model.register_forward_hook(lambda *args: forwards.append(1))
@@ -154,9 +156,11 @@ def test_each_row_stops_at_its_stop_string_or_eos_as_it_generates(tiny, caplog, 
     assert early == got[:2]
     # Before it runs, the evaluation says its size.
     assert "lm-eval generate_until: 3 requests (? 3), at most 36 new tokens" in caplog.text
-    # One forward a token, until the later of: row 0's text holds the stop, row 1 has emitted EOS.
+    # One forward a token, until the first check at or after the later of: row 0's text holds
+    # the stop, row 1 has emitted EOS.
     row0 = next(k for k in range(1, n + 1) if stop in tokenizer.decode(reference[0][:k]))
-    assert len(forwards) == max(row0, reference[1].index(eos) + 1) < n
+    needed = max(row0, reference[1].index(eos) + 1)
+    assert len(forwards) == min(-(-needed // check_every) * check_every, n) < n
 
 
 def test_the_local_humaneval_task_runs_offline(tiny, monkeypatch):
@@ -311,18 +315,31 @@ def test_report_writes_plots_table_and_proposes_the_midpoint(tmp_path):
 
 
 def _generate_on_rank(rank: int, init_file: str, model_args: dict, assets: str, prompts: list, out_file: str) -> None:
-    """One of two gloo processes: the adapter shares the generation requests over the ranks."""
+    """One of two gloo processes: the adapter shares the generation requests over the ranks of
+    an FSDP2-sharded model, as the distributed recipe evaluates. Every forward gathers weights
+    from both ranks, so ranks that disagreed on when a batch stops would hang here."""
     import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+    from torchtune.modules import TransformerSelfAttentionLayer
 
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
     model = qwen3(**model_args).eval()
     model.load_state_dict(HFCheckpointer(f"{assets}/qwen3", "QWEN3", out_file + ".x").load_checkpoint()["model"])
     with torch.no_grad():
         model.tok_embeddings.weight.mul_(20)  # as the ``tiny`` fixture does
+    for layer in model.layers:
+        assert isinstance(layer, TransformerSelfAttentionLayer)
+        fully_shard(layer)
+    fully_shard(model)
+    forwards = []
+    model.register_forward_hook(lambda *args: forwards.append(1))
     tokenizer = qwen3_tokenizer(f"{assets}/qwen3/vocab.json", f"{assets}/qwen3/merges.txt", f"{assets}/qwen3/tokenizer.json")
     lm = TorchtuneLM(model, tokenizer, torch.device("cpu"), max_seq_len=128, batch_size=2, distributed=True)
     texts = lm.generate_until([Instance("generate_until", {}, (p, {"until": until, "max_gen_toks": n}), i)
                                for i, (p, n, until) in enumerate(prompts)])
+    counts = [None, None]
+    dist.all_gather_object(counts, len(forwards))
+    assert counts[0] == counts[1], counts  # the ranks' forwards stayed in step
     if rank == 0:
         with open(out_file, "w") as f:
             json.dump(texts, f)
