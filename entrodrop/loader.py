@@ -43,7 +43,7 @@ import numpy as np
 import torch
 from torchdata.nodes import BaseNode, Loader
 from torchtune.data import CROSS_ENTROPY_IGNORE_IDX
-from torchtune.modules.attention_utils import packed_block_causal_mask
+from torchtune.modules.attention_utils import _SUPPORTS_FLEX_ATTENTION, packed_block_causal_mask
 
 from entrodrop.sample_store import KEY_FIELDS, CacheMismatchError, SampleStore, mismatches
 
@@ -105,7 +105,11 @@ def plan_budget(total_tokens: int, global_batch_size: int, seq_len: int, target_
 def block_causal_mask(document_ids: torch.Tensor):
     """``[b, s]`` document ids -> torchtune's packed-sequence mask: position i may attend to j
     iff j <= i in the same document (padding is one more document). A ``[b, s, s]`` bool tensor,
-    or on GPUs with flex attention a ``BlockMask`` that never materializes it.
+    or on GPUs with flex attention torchtune's ``BlockMask`` that never materializes it.
+
+    A row's documents are runs of one id (as ``pack_rows`` lays them out), so "the same
+    document" is "the same id": the dense mask is one comparison, where torchtune's builds a
+    ``tril`` per document and joins them with ``block_diag`` (a tenth of a tiny model's CPU step).
 
     Example:
         >>> block_causal_mask(torch.tensor([[0, 0, 1]]))[0].int()
@@ -113,7 +117,11 @@ def block_causal_mask(document_ids: torch.Tensor):
                 [1, 1, 0],
                 [0, 0, 1]], dtype=torch.int32)
     """
-    return packed_block_causal_mask([torch.unique_consecutive(row, return_counts=True)[1] for row in document_ids])
+    if _SUPPORTS_FLEX_ATTENTION:
+        return packed_block_causal_mask([torch.unique_consecutive(row, return_counts=True)[1] for row in document_ids])
+    s = document_ids.shape[-1]
+    causal = torch.ones(s, s, dtype=torch.bool, device=document_ids.device).tril()
+    return (document_ids.unsqueeze(2) == document_ids.unsqueeze(1)) & causal
 
 
 def check_join(tokens: SampleStore, entropy: SampleStore) -> None:

@@ -279,3 +279,20 @@ def test_block_causal_mask_is_causal_within_each_document_only():
     same_document = docs.unsqueeze(-1) == docs.unsqueeze(-2)
     causal = torch.tril(torch.ones(100, 100, dtype=torch.bool))
     assert torch.equal(block_causal_mask(docs), same_document & causal)
+
+
+def test_the_dense_block_causal_mask_is_torchtunes():
+    from torchtune.modules.attention_utils import create_block_causal_mask
+
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(50):
+        b, s = int(torch.randint(1, 4, (1,), generator=gen)), int(torch.randint(1, 40, (1,), generator=gen))
+        rows = []
+        for _ in range(b):  # documents as pack_rows lays them out: runs of 0, 1, 2..., then padding (-1)
+            lengths = torch.randint(1, 12, (s,), generator=gen).cumsum(0)
+            filled = int(torch.randint(0, s + 1, (1,), generator=gen))
+            ids = torch.searchsorted(lengths, torch.arange(s), right=True)
+            rows.append(torch.where(torch.arange(s) < filled, ids, -1))
+        docs = torch.stack(rows)
+        expected = create_block_causal_mask([torch.unique_consecutive(row, return_counts=True)[1] for row in docs])
+        assert torch.equal(block_causal_mask(docs), expected)
