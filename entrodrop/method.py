@@ -96,9 +96,10 @@ def auto_midpoint(evaluations: Sequence[Tuple[float, int, float]], patience: int
     can watch its own loss instead. An evaluation improves when its loss is below
     ``(1 - min_improvement)`` times the loss of the last evaluation that improved (the first one
     does); after ``patience`` evaluations in a row that do not, j0 is fixed at the lowest loss
-    seen so far (ties: the earliest). The evaluations are read in order and the first firing
-    is returned, so adding later evaluations never moves j0: a pure function of the history,
-    as a resumed run and a second run with the same seed need.
+    seen so far (ties: the earliest). A loss that is not finite (NaN, inf) never improves and is
+    never the lowest, so it can't become j0. The evaluations are read in order and the first
+    firing is returned, so adding later evaluations never moves j0: a pure function of the
+    history, as a resumed run and a second run with the same seed need.
 
     Args:
         evaluations: (target_epoch, step, all-token validation loss) of each evaluation, oldest first.
@@ -118,13 +119,13 @@ def auto_midpoint(evaluations: Sequence[Tuple[float, int, float]], patience: int
     reference, since = math.inf, 0
     lowest = None
     for epoch, step, loss in evaluations:
-        if lowest is None or loss < lowest[2]:
+        if math.isfinite(loss) and (lowest is None or loss < lowest[2]):
             lowest = (epoch, step, loss)
-        if loss < reference * (1.0 - min_improvement):
+        if math.isfinite(loss) and loss < reference * (1.0 - min_improvement):
             reference, since = loss, 0
         else:
             since += 1
-            if since >= patience:
+            if since >= patience and lowest is not None:
                 return lowest[0], lowest[1]
     return None
 
@@ -182,7 +183,7 @@ def entropy_gate(entropy: torch.Tensor, document_ids: torch.Tensor, gate_percent
 def drop_mask(gate: torch.Tensor, gamma: float, generators: List[torch.Generator]) -> torch.Tensor:
     """``[b, s]`` bool, Eq. 6: each gated token dropped independently with probability gamma,
     row r drawn from ``generators[r]``."""
-    draws = torch.stack([torch.rand(gate.shape[1], generator=g) for g in generators])
+    draws = torch.stack([torch.rand(gate.shape[1], generator=g, device=g.device) for g in generators])
     return gate & (draws < gamma)
 
 
@@ -233,33 +234,40 @@ class TokenDropout:
     def plan(self, entropy: torch.Tensor, document_ids: torch.Tensor, step: int, target_epoch: float,
              rows: range) -> Tuple[Optional[torch.Tensor], float, float]:
         """(drop mask or None, gamma_max(j), gamma_j) for ``rows`` of the step's global batch,
-        the batch that brings the stream to ``target_epoch``."""
+        the batch that brings the stream to ``target_epoch``. The gate and the mask are computed
+        on ``entropy``'s device, with that device's generators (a CUDA run draws other masks
+        than a CPU run of the same seed, the same on any number of GPUs); gamma_j is drawn on
+        the CPU, so the schedule's draws are the same everywhere."""
         midpoint = midpoint_step(self.midpoint, self.midpoint_unit, step, target_epoch)
         gamma_max_j = gamma_max_at(step, self.gamma_max, self.schedule, self.sharpness, midpoint)
         gamma = draw_gamma(gamma_max_j, row_generator(self.seed, step, -1))
         if gamma == 0.0:
             return None, gamma_max_j, gamma
         gate = entropy_gate(entropy, document_ids, self.gate_percentile, self.targeting)
-        generators = [row_generator(self.seed, step, r) for r in rows]
+        generators = [row_generator(self.seed, step, r, entropy.device) for r in rows]
         return drop_mask(gate, gamma, generators), gamma_max_j, gamma
 
 
 def plan_perturbation(dropout: TokenDropout, neftune_alpha: float, batch: dict, step: int, rows: range,
                       dim: int, device: torch.device):
-    """One step's input perturbation for ``rows`` of the global batch (a loader batch).
+    """One step's input perturbation for ``rows`` of the global batch (a loader batch), planned
+    on ``device``, the device the batch trains on: the mask is ready where the forward reads
+    it, and nothing here waits for the device.
 
     Returns:
-        (drop mask or None, NEFTune noise or None, {"gamma_max", "gamma"}, (dropped target
-        tokens, target tokens)) - the counts are summed over ranks before they are logged.
+        (drop mask or None, NEFTune noise or None, {"gamma_max", "gamma"}, ``[2]`` int64 tensor
+        on ``device``: dropped target tokens, target tokens) - the counts are summed over ranks
+        before they are logged.
     """
-    drop, gamma_max_j, gamma = dropout.plan(batch["entropy"], batch["document_ids"], step, batch["target_epoch"], rows)
+    entropy, document_ids = (batch[k].to(device, non_blocking=True) for k in ("entropy", "document_ids"))
+    drop, gamma_max_j, gamma = dropout.plan(entropy, document_ids, step, batch["target_epoch"], rows)
     noise = None
     if neftune_alpha > 0:
         generators = [row_generator(dropout.seed, step, r, device, stream="neftune") for r in rows]
         noise = neftune_noise(batch["domain"] >= 0, dim, neftune_alpha, generators)
-    target = batch["domain"] == TARGET
-    counts = (float(drop[target].sum()) if drop is not None else 0.0, float(target.sum()))
-    return drop, noise, {"gamma_max": gamma_max_j, "gamma": gamma}, counts
+    target = batch["domain"].to(device, non_blocking=True) == TARGET
+    dropped = (drop & target).sum() if drop is not None else torch.zeros((), dtype=torch.long, device=device)
+    return drop, noise, {"gamma_max": gamma_max_j, "gamma": gamma}, torch.stack([dropped, target.sum()])
 
 
 class EmbeddingHook:

@@ -240,24 +240,26 @@ class EntroDropRecipeDistributed:
             num_tokens = torch.tensor((batch["labels"] != self._loss_fn.ignore_index).sum().item(), device=self._device)
             dist.all_reduce(num_tokens)  # the loss is a mean over the global batch's tokens
             num_tokens = int(num_tokens)
-            drop, noise, stats, (dropped, targets) = plan_perturbation(
+            drop, noise, stats, counts = plan_perturbation(
                 self._dropout, self._neftune_alpha, batch, self._step, self._loader.root.rows,
                 self._e_bar.numel(), self._device)
-            rows, loss_sum = batch["tokens"].shape[0] // self._grad_accum, 0.0
+            rows = batch["tokens"].shape[0] // self._grad_accum
+            loss_sum = torch.zeros((), dtype=torch.float64, device=self._device)
             for m in range(self._grad_accum):
                 part = slice(m * rows, (m + 1) * rows)
                 # EntroDrop enters here: the embedding hook puts e_bar at the dropped positions.
                 self._embedding_hook.set(partial(perturb_embeddings, e_bar=self._e_bar,
-                                                 drop=None if drop is None else drop[part].to(self._device),
+                                                 drop=None if drop is None else drop[part],
                                                  noise=None if noise is None else noise[part]))
                 loss = self._loss_sum({k: v[part] for k, v in tensors.items()})
                 # FSDP2 averages gradients over ranks; scale so they are those of the global mean.
                 (loss * self._world_size / num_tokens).backward()
-                loss_sum += loss.item()
+                loss_sum += loss.detach().double()  # read once a step: a read per micro-batch would wait for each
             self._embedding_hook.set(None)
-            totals = torch.tensor([loss_sum, dropped, targets], dtype=torch.float64, device=self._device)
+            totals = torch.cat([loss_sum.view(1), counts.double()])
             dist.all_reduce(totals)
-            loss, dropped, targets = totals[0].item() / num_tokens, totals[1].item(), totals[2].item()
+            loss_sum, dropped, targets = totals.tolist()
+            loss = loss_sum / num_tokens
             if not math.isfinite(loss):
                 raise RuntimeError(f"loss is {loss} at step {self._step + 1}; stopping. The last good checkpoint "
                                    f"is {latest_checkpoint(self._checkpointer.output_dir)}")

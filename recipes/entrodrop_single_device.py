@@ -207,20 +207,22 @@ class EntroDropRecipeSingleDevice:
             start, batch = time.perf_counter(), next(data)
             tensors = {k: batch[k] for k in ("tokens", "labels", "document_ids", "input_pos")}
             num_tokens = int((batch["labels"] != self._loss_fn.ignore_index).sum())
-            drop, noise, stats, (dropped, targets) = plan_perturbation(
+            drop, noise, stats, counts = plan_perturbation(
                 self._dropout, self._neftune_alpha, batch, self._step, self._loader.root.rows,
                 self._e_bar.numel(), self._device)
-            rows, loss_sum = batch["tokens"].shape[0] // self._grad_accum, 0.0
+            rows = batch["tokens"].shape[0] // self._grad_accum
+            loss_sum = torch.zeros((), dtype=torch.float64, device=self._device)
             for m in range(self._grad_accum):
                 part = slice(m * rows, (m + 1) * rows)
                 # EntroDrop enters here: the embedding hook puts e_bar at the dropped positions.
                 self._embedding_hook.set(partial(perturb_embeddings, e_bar=self._e_bar,
-                                                 drop=None if drop is None else drop[part].to(self._device),
+                                                 drop=None if drop is None else drop[part],
                                                  noise=None if noise is None else noise[part]))
                 loss = self._loss_sum({k: v[part] for k, v in tensors.items()})
                 (loss / num_tokens).backward()
-                loss_sum += loss.item()
+                loss_sum += loss.detach().double()  # read once a step: a read per micro-batch would wait for each
             self._embedding_hook.set(None)
+            loss_sum, dropped, targets = torch.cat([loss_sum.view(1), counts.double()]).tolist()
             loss = loss_sum / num_tokens
             if not math.isfinite(loss):
                 raise RuntimeError(f"loss is {loss} at step {self._step + 1}; stopping. The last good checkpoint "

@@ -18,6 +18,7 @@ from entrodrop.method import (
     mean_embedding,
     neftune_noise,
     perturb_embeddings,
+    plan_perturbation,
     row_generator,
 )
 from entrodrop.models.qwen3 import qwen3
@@ -147,6 +148,22 @@ def test_masks_depend_on_global_rows_not_on_how_they_are_split():
     assert torch.equal(whole, again) and not torch.equal(whole, other)
 
 
+def test_a_step_plan_counts_the_target_tokens_it_drops_on_the_device_it_is_given():
+    h, docs = packed_entropy(torch.Generator().manual_seed(4))
+    domain = torch.ones_like(docs)  # the loader's TARGET
+    domain[1, 22:32], domain[1, 32:] = 0, -1  # row 1: a general document (GENERAL), then padding
+    batch = {"entropy": h, "document_ids": docs, "domain": domain, "target_epoch": 1.0}
+    method = TokenDropout("low", 0.5, "static", 0.5, 1.0, 0.0, "steps", seed=0)
+    drop, noise, stats, counts = plan_perturbation(method, 0.0, batch, 3, range(2), 8, torch.device("cpu"))
+    assert noise is None and stats["gamma_max"] == 0.5 and 0 < stats["gamma"] <= 0.5
+    assert torch.equal(drop, method.plan(h, docs, 3, 1.0, range(2))[0])  # the same mask as the plan's
+    assert counts.dtype == torch.long and counts.device == drop.device
+    assert counts.tolist() == [int(drop[domain == 1].sum()), int((domain == 1).sum())] and counts[0] > 0
+    _, _, _, counts = plan_perturbation(TokenDropout("low", 0.5, "none", 0.5, 1.0, 0.0, "steps", 0), 0.0, batch, 3,
+                                        range(2), 8, torch.device("cpu"))
+    assert counts.tolist() == [0, int((domain == 1).sum())]
+
+
 def test_no_schedule_draws_nothing():
     h, docs = packed_entropy(torch.Generator().manual_seed(3))
     drop, gamma_max_j, gamma = TokenDropout("low", 0.5, "none", 0.1, 1.0, 0.0, "steps", 0).plan(h, docs, 5, 1.0, range(2))
@@ -237,6 +254,14 @@ def test_auto_midpoint_fixes_j0_at_the_lowest_loss_once_it_stops_improving_for_p
     dips = evaluations([3.0, 2.5, 2.6, 2.4, 2.45, 2.5])
     assert auto_midpoint(dips, patience=2, min_improvement=0.0) == (2.0, 40)
     assert auto_midpoint(dips[:4], patience=2, min_improvement=0.0) is None
+
+
+def test_auto_midpoint_never_fixes_j0_at_a_loss_that_is_not_finite():
+    # A NaN first loss compared as "not below" anything and stayed the lowest for good.
+    assert auto_midpoint([(1.0, 1, NAN), (2.0, 2, 1.0), (3.0, 3, 1.1), (4.0, 4, 1.2)], 2, 0.0) == (2.0, 2)
+    assert auto_midpoint([(1.0, 1, NAN), (2.0, 2, float("inf"))], 1, 0.0) is None  # nothing finite yet
+    assert auto_midpoint([(1.0, 1, 2.0), (2.0, 2, NAN), (3.0, 3, 1.9)], 2, 0.0) is None  # NaN is no improvement,
+    assert auto_midpoint([(1.0, 1, 2.0), (2.0, 2, NAN), (3.0, 3, 2.1)], 2, 0.0) == (1.0, 1)  # but counts for patience
 
 
 def test_auto_midpoint_never_fixes_j0_while_the_loss_keeps_falling():
