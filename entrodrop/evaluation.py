@@ -176,13 +176,24 @@ def most_complete(records: List[Dict], target_group: str) -> List[Dict]:
     return [r for r in scored if size(r) == largest]
 
 
+def scored_by(record: Dict) -> str:
+    """The lm-eval backend that scored ``record``'s tasks. Training and the offline evaluations
+    before the field was recorded ran the torchtune adapter: a record without it counts as that."""
+    return record.get("backend", "torchtune")
+
+
 def already_scored(records: List[Dict], checkpoint: str, tasks: List[str], limit: Optional[int],
-                   validation: bool) -> bool:
+                   validation: bool, backend: str = "torchtune", max_gen_toks: Optional[int] = None) -> bool:
     """Whether a record of ``checkpoint`` (by directory name, so a moved run still matches) holds
-    every task of ``tasks`` with the same ``limit``, and the validation loss when ``validation``."""
+    every task of ``tasks`` with the same ``limit``, scored by the same ``backend`` (``scored_by``:
+    hf or vllm score otherwise than the adapter, so a request for them is not a repeat), and the
+    validation loss when ``validation``. A record that names its default ``max_gen_toks`` must name
+    ``max_gen_toks`` (when given): generations of another length are another evaluation."""
     name = Path(checkpoint).name
     return any(Path(r["checkpoint"]).name == name and set(tasks) <= set(r.get("tasks", {}))
-               and r.get("limit") == limit and (not validation or "val_loss" in r) for r in records)
+               and r.get("limit") == limit and (not validation or "val_loss" in r)
+               and (not tasks or scored_by(r) == backend)
+               and (max_gen_toks is None or r.get("max_gen_toks", max_gen_toks) == max_gen_toks) for r in records)
 
 
 def record_evaluation(eval_dir, record: Dict, target_group: str) -> Dict:

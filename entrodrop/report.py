@@ -26,11 +26,17 @@ fixed it on. The plots mark it (dashed), and the baseline's proposal (dotted), s
 compared. The midpoint a run was configured with comes from ``torchtune_config.yaml``, which
 the recipes write into ``output_dir``.
 
+An evaluation without a target epoch (``recipes/evaluate.py`` on a Hugging Face directory
+outside a run, or on a checkpoint saved without progress.json) has no place on an epoch axis:
+it is left out of the plots against target epoch and of the midpoint proposal, with a note (in
+the log and in table.md); it still counts in the table and in ``score_vs_val_loss.png``.
+
 ``draw_entropy_sample`` is the paper's figure 5c: one held-out sample as text, each token
 shaded by its entropy under the base model, the tokens the gate makes eligible underlined.
 """
 
 import json
+import logging
 import re
 import textwrap
 from pathlib import Path
@@ -45,7 +51,32 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from entrodrop.evaluation import best_epoch  # noqa: E402
 
+log = logging.getLogger(__name__)
+
 BUCKET_TITLES = {"all": "all tokens", "low": "low-entropy 50%", "high": "high-entropy 25%"}
+
+
+def _eval_key(record: Dict):
+    """What tells a run's evaluations apart: the step, or for one outside a run (step None) its
+    checkpoint directory's name."""
+    return record["step"] if record.get("step") is not None else Path(record.get("checkpoint") or "").name
+
+
+def with_epoch(evals: List[Dict]) -> List[Dict]:
+    """The evaluations that have a target epoch: those an epoch axis can place."""
+    return [e for e in evals if e.get("target_epoch") is not None]
+
+
+def epochless_note(run: Dict) -> Optional[str]:
+    """Which of ``run``'s evaluations have no target epoch and are left out of the epoch plots
+    (None: none is)."""
+    missing = [e for e in run["evals"] if e.get("target_epoch") is None]
+    if not missing:
+        return None
+    names = ", ".join(Path(e["checkpoint"]).name if e.get("checkpoint") else f"step {e['step']}" for e in missing)
+    return (f"{run['name']}: {len(missing)} evaluation{'s' * (len(missing) > 1)} without a target epoch ({names}: "
+            "a checkpoint outside a run, or saved without progress.json) left out of the plots against target epoch "
+            "and of the midpoint proposal")
 
 
 def read_run(run_dir: str) -> Dict:
@@ -70,8 +101,8 @@ def read_run(run_dir: str) -> Dict:
                 steps.setdefault(int(match.group(1)), {}).update({k: float(v) for k, v in metrics.items()})
     evals_file = root / "eval" / "evals.jsonl"
     evals = [json.loads(line) for line in evals_file.read_text().splitlines()] if evals_file.exists() else []
-    # A resumed run may evaluate a step twice: keep the last.
-    evals = sorted({e["step"]: e for e in evals}.values(), key=lambda e: e["step"])
+    # A resumed run may evaluate a step twice: keep the last. Evaluations outside a run (no step) go last.
+    evals = sorted({_eval_key(e): e for e in evals}.values(), key=lambda e: (e.get("step") is None, e.get("step") or 0))
     # The config as the recipe saved it (torchtune's metric loggers write it): the method's settings.
     config_file = root / "torchtune_config.yaml"
     config = yaml.safe_load(config_file.read_text()) if config_file.is_file() else {}
@@ -100,10 +131,11 @@ def propose_midpoint(baseline: Dict) -> Dict:
     stops falling. When the minimum is the last evaluation the loss may still be falling, and
     ``midpoint_epochs`` and ``midpoint_steps`` are None; ``note`` says why in either case.
     """
-    with_loss = [e for e in baseline["evals"] if "val_loss" in e]
+    with_loss = [e for e in with_epoch(baseline["evals"]) if "val_loss" in e]
     proposal = {"run": baseline["name"], "midpoint_epochs": None, "midpoint_steps": None}
     if not with_loss:
-        return {**proposal, "note": f"{baseline['name']} has no evaluation with a validation loss: no midpoint proposed"}
+        return {**proposal, "note": f"{baseline['name']} has no evaluation with a validation loss and a target epoch: "
+                                    "no midpoint proposed"}
     best = best_epoch(with_loss)
     if best is with_loss[-1]:
         return {**proposal, "note": f"the validation loss of {baseline['name']} is lowest at its last evaluation "
@@ -162,11 +194,14 @@ def write_report(runs: List[Dict], out_dir: str, target_group: Optional[str] = N
     cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     color = {run["name"]: cycle[i % len(cycle)] for i, run in enumerate(runs)}  # one colour a run, in every plot
     midpoint = propose_midpoint(next(run for run in runs if run["name"] == baseline)) if baseline is not None else None
+    notes = [note for note in map(epochless_note, runs) if note]
+    for note in notes:
+        log.warning(note)
 
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6), sharex=True)
     for ax, bucket in zip(axes, BUCKET_TITLES):
         for run in runs:
-            points = [(e["target_epoch"], e["val_loss"][bucket]) for e in run["evals"] if "val_loss" in e]
+            points = [(e["target_epoch"], e["val_loss"][bucket]) for e in with_epoch(run["evals"]) if "val_loss" in e]
             if points:
                 ax.plot(*zip(*points), marker="o", label=run["name"], color=color[run["name"]])
             if run["auto_midpoint"]:
@@ -186,7 +221,8 @@ def write_report(runs: List[Dict], out_dir: str, target_group: Optional[str] = N
     fig, axes = plt.subplots(1, max(len(groups), 1), figsize=(4.5 * max(len(groups), 1), 3.6), squeeze=False)
     for ax, group in zip(axes[0], groups):
         for run in runs:
-            points = [(e["target_epoch"], e["groups"][group]) for e in run["evals"] if group in e.get("groups", {})]
+            points = [(e["target_epoch"], e["groups"][group]) for e in with_epoch(run["evals"])
+                      if group in e.get("groups", {})]
             if points:
                 ax.plot(*zip(*points), marker="o", label=run["name"], color=color[run["name"]])
         ax.set(title=f"{group} average", xlabel="target epoch", ylabel="score")
@@ -229,6 +265,7 @@ def write_report(runs: List[Dict], out_dir: str, target_group: Optional[str] = N
     if midpoint:
         prefix = "Proposed midpoint (j0)" if midpoint["midpoint_epochs"] is not None else "No midpoint (j0)"
         lines += ["", f"{prefix} from {midpoint['run']}: {midpoint['note']}."]
+    lines += [line for note in notes for line in ("", f"Note: {note}.")]
     for run in runs:
         j0 = run["auto_midpoint"]
         if j0:
@@ -240,7 +277,7 @@ def write_report(runs: List[Dict], out_dir: str, target_group: Optional[str] = N
                           "and the curriculum stayed off."]
     (out / "table.md").write_text("\n".join(lines) + "\n")
     return {"rows": rows, "midpoint": midpoint, "auto_midpoints": {run["name"]: run["auto_midpoint"] for run in runs},
-            "files": [str(out / f) for f in (*files, "gamma_schedule.png", "table.md")]}
+            "notes": notes, "files": [str(out / f) for f in (*files, "gamma_schedule.png", "table.md")]}
 
 
 def draw_score_vs_loss(runs: List[Dict], target_group: str, path) -> None:

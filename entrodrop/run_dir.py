@@ -6,7 +6,8 @@ some checkpoints, keep others, and append to the evaluations, so ``earlier_run``
 is there and the recipes refuse to start over it unless told to resume or to move it aside
 (``move_aside``). ``prune_checkpoints`` keeps the disk bounded: the newest N checkpoints and
 the best one, and optionally the weights of the others, for an offline evaluation
-(``recipes/evaluate.py``) to score: ``scorable_checkpoints`` lists them.
+(``recipes/evaluate.py``) to score: ``scorable_checkpoints`` lists them, and
+``checkpoints_to_score`` those of them not yet scored.
 """
 
 import json
@@ -20,6 +21,7 @@ import torch
 
 from entrodrop.checkpointing import PROGRESS_FNAME, RECIPE_STATE_FNAME, find_weight_files, latest_checkpoint
 from entrodrop.config_check import ConfigError, differences
+from entrodrop.evaluation import already_scored, read_evaluations
 
 
 def _steps(checkpoint_dir: Path) -> List[Path]:
@@ -186,3 +188,19 @@ def checkpoint_progress(checkpoint: Path) -> Dict[str, Any]:
         return json.loads(saved.read_text())
     name = checkpoint.name
     return {"step": int(name[5:]) if name.startswith("step_") and name[5:].isdigit() else None, "target_epoch": None}
+
+
+def checkpoints_to_score(path: str, eval_dir: str, tasks: List[str], limit: Optional[int], validation: bool,
+                         backend: str, max_gen_toks: Optional[int]) -> Tuple[List[Path], List[Path]]:
+    """``(found, to score)``: ``scorable_checkpoints(path)``, and those of them without a record of
+    this evaluation in ``eval_dir/evals.jsonl`` (``already_scored``), oldest first.
+
+    What it reads changes while a run trains (a new ``step_<N>``, a new record), so processes that
+    share an evaluation call it once (rank 0) and pass the answer on: each calling it would let
+    them disagree on what to score, and run mismatched collectives.
+    """
+    found = scorable_checkpoints(path)
+    records = read_evaluations(eval_dir)
+    todo = [c for c in found
+            if not already_scored(records, str(c), tasks, limit, validation, backend, max_gen_toks)]
+    return found, todo

@@ -8,14 +8,19 @@ likelihood tasks) and saves a checkpoint at every target-epoch end; this recipe 
 checkpoints on everything else. ``checkpoints`` is a run's checkpoint directory (every
 ``step_<N>`` in it, oldest first) or one Hugging Face checkpoint directory. Each result is
 appended to ``eval_dir/evals.jsonl`` and ``summary.json`` as the training recipes write them,
-so ``scripts/report.py`` and the best-checkpoint choice read them unchanged. A checkpoint
-already scored there with the same tasks and ``limit`` is skipped: a killed evaluation runs
-again to continue where it stopped.
+so ``scripts/report.py`` and the best-checkpoint choice read them unchanged; each record also
+names the ``backend`` and the default ``max_gen_toks`` that scored it. A checkpoint already
+scored there with the same tasks, ``limit`` and backend is skipped: a killed evaluation runs
+again to continue where it stopped. With N processes rank 0 alone decides what to score and
+tells the others, so a run that saves a checkpoint meanwhile cannot split them.
 
 ``backend`` runs the lm-eval tasks: ``torchtune`` (the project's adapter; with N processes
 each rank holds the model and takes every N-th batch of requests), or lm-eval's own ``hf`` and
 ``vllm`` models on the saved directory, in one process. The validation loss always runs on
-the torchtune model: it packs held-out documents with a block-causal mask.
+the torchtune model: it packs held-out documents with a block-causal mask. Every backend
+generates at most ``max_gen_toks`` tokens where a task sets none, in batches of
+``generation_batch_size`` (hf; vllm batches itself). Before scoring, the log has each task's size:
+its requests, and for a generating task the most tokens it may generate.
 """
 
 import os
@@ -29,9 +34,10 @@ from torchtune import config, training, utils
 
 from entrodrop import schemas
 from entrodrop.checkpointing import HFCheckpointer
-from entrodrop.evaluation import Evaluator, already_scored, open_validation, read_evaluations, record_evaluation, task_index
+from entrodrop.evaluation import Evaluator, open_validation, record_evaluation, task_index
 from entrodrop.models.hf_config import check_matches_checkpoint
-from entrodrop.run_dir import checkpoint_progress, scorable_checkpoints
+from entrodrop.offline import decided_on_rank_zero, hf_lm, log_task_sizes
+from entrodrop.run_dir import checkpoint_progress, checkpoints_to_score
 
 log = utils.get_logger("INFO")
 
@@ -73,6 +79,8 @@ class EvaluateRecipe:
         validation = open_validation(ev.validation.target_tokens, ev.validation.target_entropy)
         if not self._todo:
             return
+        if task_manager and self._rank == 0:
+            log_task_sizes(self._tasks, task_manager, ev.lm_eval.limit, ev.lm_eval.max_gen_toks)
         if ev.lm_eval.allow_code_execution:
             os.environ["HF_ALLOW_CODE_EVAL"] = "1"  # what lm-eval's code tasks check
         self._model_type = cfg.model_type
@@ -97,12 +105,12 @@ class EvaluateRecipe:
         self._has_tasks = task_manager is not None
 
     def _pending(self, cfg: DictConfig) -> list:
-        """The checkpoints without a record of this evaluation in ``eval_dir`` (all complete)."""
-        found = scorable_checkpoints(cfg.checkpoints)
-        records = read_evaluations(self._eval_dir)
-        validation = cfg.evaluation.validation.target_tokens is not None
-        todo = [c for c in found if not already_scored(records, str(c), self._tasks, cfg.evaluation.lm_eval.limit,
-                                                        validation)]
+        """The checkpoints without a record of this evaluation in ``eval_dir`` (all complete), as
+        rank 0 found them (``decided_on_rank_zero``)."""
+        ev = cfg.evaluation
+        found, todo = decided_on_rank_zero(lambda: checkpoints_to_score(
+            cfg.checkpoints, self._eval_dir, self._tasks, ev.lm_eval.limit, ev.validation.target_tokens is not None,
+            self._backend, ev.lm_eval.max_gen_toks), self._distributed)
         utils.log_rank_zero(log, f"{cfg.checkpoints}: {len(found)} checkpoint{'s' * (len(found) != 1)}, "
                                  f"{len(found) - len(todo)} already scored in {self._eval_dir}, {len(todo)} to score")
         return todo
@@ -111,10 +119,7 @@ class EvaluateRecipe:
         """lm-eval's own model on ``checkpoint`` (backend hf or vllm)."""
         ev, dtype = self._lm_eval, LM_EVAL_DTYPES[self._dtype_name]
         if self._backend == "hf":
-            from lm_eval.models.huggingface import HFLM
-
-            return HFLM(pretrained=str(checkpoint), device=str(self._device), dtype=dtype,
-                        batch_size=ev.batch_size, max_length=ev.max_seq_len)
+            return hf_lm(checkpoint, str(self._device), dtype, ev)
         from lm_eval.models.vllm_causallms import VLLM  # imports vllm: only when it is chosen
 
         return VLLM(pretrained=str(checkpoint), dtype=dtype, max_model_len=ev.max_seq_len,
@@ -136,8 +141,9 @@ class EvaluateRecipe:
             if self._backend != "torchtune" and self._has_tasks:
                 self._evaluator.lm = self._backend_lm(checkpoint)
             record = self._evaluator(progress["step"], progress["target_epoch"], str(checkpoint))
+            if self._has_tasks:  # what scored the tasks: already_scored tells evaluations apart by it
+                record.update(backend=self._backend, max_gen_toks=self._lm_eval.max_gen_toks)
             if self._backend != "torchtune":
-                record["backend"] = self._backend
                 self._evaluator.lm = None  # frees the backend's copy before the next checkpoint loads
             if self._rank == 0:
                 summary = record_evaluation(self._eval_dir, record, self._target_group)

@@ -8,7 +8,9 @@ from which to propose the curriculum midpoint; none is proposed while its valida
 still falling at its last evaluation. The plots mark that proposal and the j0 each
 ``token_dropout.midpoint: auto`` run chose for itself; the table lists each run's j0. A run
 directory that does not exist, a ``--target-group`` no run has and a ``--baseline`` no run is
-named are errors (exit status 2), which list what exists.
+named are errors (exit status 2), which list what exists. Evaluations without a target epoch
+(``recipes/evaluate.py`` on a directory outside a run, or on a checkpoint without progress.json)
+are left out of the plots against target epoch, with a note in the log and in table.md.
 
 ``--entropy-sample CONFIG`` also draws ``entropy_sample.png`` (figure 5c) from a training
 config: its tokenizer, its held-out validation store and entropy cache, and its gate

@@ -1,13 +1,21 @@
 """recipes/evaluate.py through the real `tune run`: it scores every checkpoint of a run as
 training would, skips what is scored, continues a killed evaluation, runs on two processes as
 on one and through lm-eval's hf model as through the adapter, and refuses bad input before
-scoring anything."""
+scoring anything. Its parts alone: what the ranks score is rank 0's answer, a checkpoint scored
+by one backend is not skipped for another, the hf model generates as the config says, and each
+task's size is logged before scoring."""
 
 import json
 import shutil
 from pathlib import Path
 
 import pytest
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from omegaconf import OmegaConf
+
+from entrodrop.evaluation import already_scored
+from entrodrop.offline import decided_on_rank_zero, hf_lm, task_size
 
 CONFIG = "configs/tiny/qwen3_evaluate.yaml"
 TRAIN = "configs/tiny/qwen3_entrodrop_single_device.yaml"
@@ -84,9 +92,17 @@ def test_every_checkpoint_is_scored_as_training_scored_it_and_scored_ones_are_sk
 def test_two_processes_and_the_hf_backend_score_what_one_process_does(trained, data, tune_run, tmp_path):
     scores = {}
     for name, overrides, nproc in [("one", [], 1), ("two", [], 2), ("hf", ["backend=hf"], 1)]:
-        evaluate(tune_run, data, trained, LIMIT, f"eval_dir={tmp_path / name}", *overrides, nproc=nproc)
-        scores[name] = {r["step"]: r for r in records(tmp_path / name)}
+        if name == "hf":  # beside the adapter's scores: another backend's are another evaluation
+            shutil.copytree(tmp_path / "one", tmp_path / name)
+        result = evaluate(tune_run, data, trained, LIMIT, f"eval_dir={tmp_path / name}", *overrides, nproc=nproc)
+        assert "3 checkpoints, 0 already scored" in result.stderr, result.stderr[-3000:]
+        # each task's size, before any scoring, whatever the backend
+        size = "lm-eval task humaneval_likelihood: 16 requests (loglikelihood 16) on 16 documents"
+        assert size in result.stderr and result.stderr.index(size) < result.stderr.index("[1/3]")
+        backend = "hf" if name == "hf" else "torchtune"
+        scores[name] = {r["step"]: r for r in records(tmp_path / name) if r.get("backend") == backend}
         assert sorted(scores[name]) == [10, 14, 15]
+        assert all(r["max_gen_toks"] == 128 for r in scores[name].values())  # the config's
     for step, one in scores["one"].items():
         for name in ("two", "hf"):
             other = scores[name][step]
@@ -95,7 +111,6 @@ def test_two_processes_and_the_hf_backend_score_what_one_process_does(trained, d
             for metric, value in one["tasks"]["humaneval_likelihood"].items():
                 if isinstance(value, float):
                     assert other["tasks"]["humaneval_likelihood"][metric] == pytest.approx(value, abs=1e-4), metric
-        assert scores["hf"][step]["backend"] == "hf"
 
 
 def test_bad_input_is_refused_before_anything_is_scored(trained, data, tune_run, tmp_path):
@@ -124,3 +139,83 @@ def test_bad_input_is_refused_before_anything_is_scored(trained, data, tune_run,
         result = evaluate(tune_run, data, run, *overrides, check=False)
         assert result.returncode != 0 and expected in result.stderr, (overrides, result.stderr[-3000:])
     assert (run / "eval" / "evals.jsonl").read_text() == before
+
+
+def _decide_on_two_ranks(rank: int, init_file: str, out_dir: str, fail: bool) -> None:
+    """One of two gloo processes: what ``decided_on_rank_zero`` gives it when each rank would find
+    another list (a run saved a checkpoint between their looks), or rank 0 fails."""
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    calls = []
+
+    def decide():
+        calls.append(rank)
+        if fail:
+            raise ValueError(f"rank {rank}: incomplete checkpoints")
+        return [f"step_{s}" for s in range(10, 10 * (rank + 2), 10)]
+
+    try:
+        answer = decided_on_rank_zero(decide, distributed=True)
+    except ValueError as e:
+        answer = f"ValueError: {e}"
+    (Path(out_dir) / f"{rank}.json").write_text(json.dumps({"answer": answer, "calls": calls}))
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_every_rank_scores_the_checkpoints_rank_0_found(tmp_path, fail):
+    mp.spawn(_decide_on_two_ranks, args=(str(tmp_path / "init"), str(tmp_path), fail), nprocs=2)
+    got = [json.loads((tmp_path / f"{rank}.json").read_text()) for rank in (0, 1)]
+    expected = "ValueError: rank 0: incomplete checkpoints" if fail else ["step_10"]
+    assert got == [{"answer": expected, "calls": [0]}, {"answer": expected, "calls": []}]
+    assert decided_on_rank_zero(lambda: ["alone"], distributed=False) == ["alone"]
+
+
+def test_a_checkpoint_scored_by_one_backend_is_scored_again_by_another():
+    def record(**fields):
+        return {"step": 20, "checkpoint": "run/checkpoints/step_20", "tasks": {"t": {}}, "limit": None, **fields}
+
+    training = [record()]  # training's records name no backend: the adapter scored them
+    assert already_scored(training, "run/step_20", ["t"], None, False)
+    assert already_scored(training, "run/step_20", ["t"], None, False, "torchtune", 512)
+    assert not already_scored(training, "run/step_20", ["t"], None, False, "hf", 512)
+    hf = [record(backend="hf", max_gen_toks=512)]
+    assert already_scored(hf, "run/step_20", ["t"], None, False, "hf", 512)
+    assert not already_scored(hf, "run/step_20", ["t"], None, False, "torchtune", 512)
+    assert not already_scored(hf, "run/step_20", ["t"], None, False, "hf", 256)  # another generation length
+    # no task: only the validation loss, which the torchtune model computes whatever the backend
+    assert already_scored([record(backend="hf", val_loss={"all": 1.0})], "run/step_20", [], None, True, "vllm")
+
+
+def test_the_hf_backend_generates_as_the_config_says(tiny_assets):
+    from lm_eval.api.instance import Instance
+
+    ev = OmegaConf.load(CONFIG).evaluation.lm_eval
+    ev.max_gen_toks, ev.generation_batch_size = 7, 3  # neither lm-eval's default (256) nor batch_size (8)
+    lm = hf_lm(tiny_assets / "qwen3", "cpu", "float32", ev)
+    assert lm.max_gen_toks == 7
+    seen = []
+    generate = lm._model_generate
+
+    def spy(context, max_length, stop, **kwargs):
+        seen.append((context.shape[0], max_length - context.shape[1]))
+        return generate(context, max_length, stop, **kwargs)
+
+    lm._model_generate = spy
+    requests = [Instance("generate_until", {}, (f"def f{k}():", {"until": ["\n\n"], "do_sample": False}), k)
+                for k in range(5)]
+    requests.append(Instance("generate_until", {}, ("x =", {"until": [], "max_gen_toks": 2, "do_sample": False}), 5))
+    assert len(lm.generate_until(requests)) == 6
+    # rows of generation_batch_size, each up to the config's max_gen_toks; a task's own wins
+    assert sorted(seen) == [(1, 2), (2, 7), (3, 7)]
+    assert lm.batch_size == 8  # scoring keeps batch_size
+
+
+def test_a_tasks_size_counts_its_requests_and_the_most_tokens_it_may_generate():
+    from lm_eval.api.instance import Instance
+
+    generating = [Instance("generate_until", {}, ("p", {"until": []}), 0, ("gen", k, 1)) for k in range(3)]
+    generating.append(Instance("generate_until", {}, ("p", {"max_gen_toks": 1000}), 0, ("gen", 3, 1)))
+    assert task_size("gen", generating, 512) == ("lm-eval task gen: 4 requests (generate_until 4) on 4 documents, "
+                                                 "at most 2,536 new tokens")
+    choices = [Instance("loglikelihood", {}, ("q", f" {c}"), c, ("mc", k, 1)) for k in range(2) for c in range(4)]
+    assert task_size("mc", choices, 512) == "lm-eval task mc: 8 requests (loglikelihood 8) on 2 documents"

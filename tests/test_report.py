@@ -160,3 +160,30 @@ def test_the_report_marks_the_j0_that_auto_chose_next_to_the_baselines_proposal(
     (configured / "torchtune_config.yaml").unlink()
     write_report([read_run(baseline), read_run(configured)], tmp_path / "report2", "code", "baseline")
     assert "| entrodrop | -1.450 | 3.00 | 1.4500 | - |" in (tmp_path / "report2" / "table.md").read_text()
+
+
+def test_evaluations_without_a_target_epoch_are_left_off_the_epoch_plots_with_a_note(tmp_path, monkeypatch, capsys,
+                                                                                     caplog):
+    baseline = fake_run(tmp_path, "baseline", [2.0, 1.6, 1.7])
+    # recipes/evaluate.py on a checkpoint saved without progress.json (a step, no epoch) and on a
+    # Hugging Face directory outside the run (neither), both with a lower loss than any epoch's
+    offline = [{"step": 25, "target_epoch": None, "checkpoint": f"{baseline}/checkpoints/step_25",
+                "val_loss": {"all": 1.2, "low": 1.2, "high": 1.2}, "groups": {"code": -1.2}, "backend": "hf"},
+               {"step": None, "target_epoch": None, "checkpoint": "/models/base",
+                "val_loss": {"all": 1.1, "low": 1.1, "high": 1.1}, "groups": {"code": -1.1}}]
+    with (baseline / "eval" / "evals.jsonl").open("a") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in offline))
+    run = read_run(baseline)
+    assert [e["step"] for e in run["evals"]] == [10, 20, 25, 30, None]
+    # the midpoint is proposed from the evaluations with an epoch
+    assert propose_midpoint(run)["midpoint_epochs"] == 2.0
+
+    status, stdout, err = report(monkeypatch, capsys, baseline, "--out", tmp_path / "report", "--target-group",
+                                 "code", "--baseline", "baseline")
+    assert status == 0, err
+    note = ("baseline: 2 evaluations without a target epoch (step_25, base: a checkpoint outside a run, or saved "
+            "without progress.json) left out of the plots against target epoch")
+    assert note in stdout and note in caplog.text
+    assert "| baseline | -1.100 | - | 1.1000 | 2.00 (proposed) |" in stdout  # the lowest loss has no epoch
+    for name in ("val_loss_by_entropy.png", "benchmarks.png", "score_vs_val_loss.png"):
+        assert (tmp_path / "report" / name).read_bytes()[:4] == b"\x89PNG"

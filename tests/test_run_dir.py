@@ -9,6 +9,7 @@ from entrodrop.checkpointing import PROGRESS_FNAME, RECIPE_STATE_FNAME
 from entrodrop.run_dir import (
     best_checkpoint,
     checkpoint_progress,
+    checkpoints_to_score,
     earlier_run,
     move_aside,
     prune_checkpoints,
@@ -106,3 +107,29 @@ def test_a_checkpoint_says_where_in_training_it_was_saved(tmp_path):
     (tmp_path / "step_14" / PROGRESS_FNAME).write_text(json.dumps({"step": 14, "target_epoch": 1.02}))
     assert checkpoint_progress(tmp_path / "step_14") == {"step": 14, "target_epoch": 1.02}
     assert checkpoint_progress(tmp_path) == {"step": None, "target_epoch": None}
+
+
+def test_the_checkpoints_to_score_are_those_without_a_record_of_this_evaluation(tmp_path):
+    root = tmp_path / "checkpoints"
+    for step in (3, 12, 7):
+        (root / f"step_{step}").mkdir(parents=True)
+        (root / f"step_{step}" / "config.json").write_text("{}")
+        (root / f"step_{step}" / "model.safetensors").write_bytes(b"w")
+    eval_dir = tmp_path / "eval"
+    eval_dir.mkdir()
+    scored = {"tasks": {"t": {}}, "limit": None, "val_loss": {"all": 1.0}}
+    (eval_dir / "evals.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [
+        {"step": 3, "checkpoint": "/moved/step_3", **scored},  # training's: the adapter scored it
+        {"step": 7, "checkpoint": str(root / "step_7"), **scored, "backend": "hf", "max_gen_toks": 512},
+        {"step": 12, "checkpoint": str(root / "step_12"), **scored, "limit": 16}]))
+    ask = lambda backend, max_gen_toks=512: checkpoints_to_score(  # noqa: E731
+        str(root), str(eval_dir), ["t"], None, True, backend, max_gen_toks)
+    found, todo = ask("torchtune")
+    assert found == [root / "step_3", root / "step_7", root / "step_12"]
+    assert todo == [root / "step_7", root / "step_12"]  # step_7 was scored by hf, step_12 on 16 documents
+    assert ask("hf")[1] == [root / "step_3", root / "step_12"]
+    assert ask("hf", max_gen_toks=256)[1] == [root / "step_3", root / "step_7", root / "step_12"]
+    # Nothing recorded yet: every checkpoint; one Hugging Face directory: itself.
+    assert checkpoints_to_score(str(root), str(tmp_path / "none"), ["t"], None, True, "torchtune", 512)[1] == found
+    assert checkpoints_to_score(str(root / "step_12"), str(eval_dir), ["t"], None, True, "hf", 512) == (
+        [root / "step_12"], [root / "step_12"])

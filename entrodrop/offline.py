@@ -1,0 +1,100 @@
+"""What ``recipes/evaluate.py`` needs beyond the training evaluation (``entrodrop.evaluation``):
+lm-eval's own ``hf`` backend configured as the torchtune adapter generates, each task's size
+logged before scoring, and decisions that every rank must share."""
+
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+import torch.distributed as dist
+from omegaconf import DictConfig
+from torchtune import utils
+
+log = utils.get_logger("INFO")
+
+
+def decided_on_rank_zero(decide: Callable[[], Any], distributed: bool) -> Any:
+    """``decide()``, computed on rank 0 alone and broadcast to every rank when ``distributed``.
+
+    For what the ranks must agree on but would read from files that change meanwhile (the
+    checkpoints a training run is still saving): computed on every rank it could differ, and the
+    ranks would run mismatched collectives and hang. An error on rank 0 is raised on every rank,
+    so none waits for an answer that never comes.
+    """
+    if not distributed:
+        return decide()
+    answer: List[Any] = [None]
+    if dist.get_rank() == 0:
+        try:
+            answer[0] = (True, decide())
+        except Exception as error:  # raised below, on every rank
+            answer[0] = (False, error)
+    dist.broadcast_object_list(answer, src=0)
+    ok, value = answer[0]
+    if not ok:
+        raise value
+    return value
+
+
+def leaf_tasks(task_dict: Dict) -> Iterator[Tuple[str, Any]]:
+    """``(name, task)`` of every task in lm-eval's nested task dict (groups hold tasks or groups)."""
+    for key, value in task_dict.items():
+        if isinstance(value, dict):
+            yield from leaf_tasks(value)
+        else:
+            yield getattr(value, "task_name", None) or str(key), value
+
+
+def task_size(name: str, instances: list, max_gen_toks: int) -> str:
+    """One log line of a task's size: its requests by type, and for ``generate_until`` the most new
+    tokens they may generate (a request's own ``max_gen_toks``, else the default ``max_gen_toks``)."""
+    kinds: Dict[str, int] = {}
+    new_tokens = 0
+    for instance in instances:
+        kinds[instance.request_type] = kinds.get(instance.request_type, 0) + 1
+        if instance.request_type == "generate_until":
+            new_tokens += int(instance.args[1].get("max_gen_toks", max_gen_toks))
+    documents = len({instance.doc_id for instance in instances})
+    line = (f"lm-eval task {name}: {len(instances):,} requests ("
+            + ", ".join(f"{kind} {count:,}" for kind, count in kinds.items()) + f") on {documents:,} documents")
+    return line + (f", at most {new_tokens:,} new tokens" if new_tokens else "")
+
+
+def log_task_sizes(tasks: List[str], task_manager, limit: Optional[int], max_gen_toks: int) -> None:
+    """Log each task's size (``task_size``) before any is scored, whatever the backend, so a long
+    evaluation shows what it will cost up front. lm-eval builds the same requests again to score
+    them; building them twice costs seconds, scoring them minutes to hours."""
+    from lm_eval.tasks import get_task_dict
+
+    for name, task in leaf_tasks(get_task_dict(tasks, task_manager)):
+        task.build_all_requests(limit=limit)
+        log.info(task_size(name, task.instances, max_gen_toks))
+
+
+def hf_lm(checkpoint: Path, device: str, dtype: str, lm_eval_cfg: DictConfig):
+    """lm-eval's ``HFLM`` on ``checkpoint``, generating as the torchtune adapter does: at most the
+    config's ``max_gen_toks`` where a task sets none (HFLM's own default is a fixed 256, a property
+    with no constructor argument) and ``generation_batch_size`` rows a batch (HFLM takes one batch
+    size for every request type: scoring keeps ``batch_size``)."""
+    from lm_eval.models.huggingface import HFLM
+
+    class ConfiguredHFLM(HFLM):
+        """``HFLM`` with the config's default ``max_gen_toks`` and generation batch size."""
+
+        def __init__(self, default_gen_toks: int, generation_batch_size: int, **kwargs) -> None:
+            super().__init__(**kwargs)
+            self._default_gen_toks, self._generation_batch_size = default_gen_toks, generation_batch_size
+
+        @property
+        def max_gen_toks(self) -> int:
+            return self._default_gen_toks
+
+        def generate_until(self, requests, disable_tqdm: bool = False):
+            scoring, self.batch_size_per_gpu = self.batch_size_per_gpu, self._generation_batch_size
+            try:
+                return super().generate_until(requests, disable_tqdm=disable_tqdm)
+            finally:
+                self.batch_size_per_gpu = scoring
+
+    ev = lm_eval_cfg
+    return ConfiguredHFLM(ev.max_gen_toks, ev.generation_batch_size or ev.batch_size, pretrained=str(checkpoint),
+                          device=device, dtype=dtype, batch_size=ev.batch_size, max_length=ev.max_seq_len)
