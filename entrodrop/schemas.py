@@ -10,6 +10,7 @@ it when it is in ``RENAMED``.
 valid on their own, so one mistake is not reported twice.
 """
 
+import json
 import os
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Tuple
@@ -272,12 +273,35 @@ PRECOMPUTE = {
     "cache_dir": string(),
     **MODEL,
     "target_tokens": TOKEN_STORE,
+    # Samples (pack_len null) or rows of pack_len tokens (entrodrop.entropy.shard_entropies) a batch.
     "batch_size": integer(minimum=1),
+    "pack_len": optional(integer(minimum=1)),
+    "compile": boolean(),
     "chunk_size": integer(minimum=1),
     "vocab_chunk_size": integer(minimum=1),
     "samples_per_shard": integer(minimum=1),
 }
-PRECOMPUTE_RULES: List[Rule] = [(["checkpointer"], _checkpoint_dir)]
+
+
+def _pack_len_holds_a_sample(cfg: DictConfig) -> List[str]:
+    """Packed rows hold whole samples: a sample's entropies need its whole context, so a sample
+    is never split across rows. The token store's ``max_seq_len`` bounds its samples; a
+    shorter ``pack_len`` is refused here, before the model loads, rather than at the first
+    shard that holds a longer sample."""
+    if cfg.pack_len is None:
+        return []
+    max_seq_len = json.loads((Path(cfg.target_tokens) / "manifest.json").read_text())["key"]["max_seq_len"]
+    if cfg.pack_len >= max_seq_len:
+        return []
+    return [f"pack_len={cfg.pack_len} is shorter than the samples of target_tokens={cfg.target_tokens}, cut to "
+            f"max_seq_len={max_seq_len}: packed rows hold whole samples, so set pack_len >= {max_seq_len}, "
+            "or pack_len=null to batch samples by length"]
+
+
+PRECOMPUTE_RULES: List[Rule] = [
+    (["checkpointer"], _checkpoint_dir),
+    (["pack_len", "target_tokens"], _pack_len_holds_a_sample),
+]
 
 SMOKE = {
     "output_dir": string(),

@@ -7,10 +7,14 @@ The samples are read from the target corpus's token store (recipes/tokenize_corp
 very tokens the training loader reads; the entropies are computed with the output projection
 applied in chunks of tokens and of vocabulary (memory independent of batch x sequence x
 vocabulary), and written to a sharded fp16 cache (``entrodrop.sample_store``) whose key is
-the token store's plus the model's. Several processes each hold a full copy
-of the model and take every N-th pending shard; a shard's batches do not depend on how
-many processes run, so the cache is the same. A run that is killed keeps its finished
-shards; running the same command again computes the rest.
+the token store's plus the model's. With ``pack_len`` the samples are packed whole into rows
+of ``pack_len`` tokens with a block-causal mask, as training packs them: one batch shape
+(what ``compile`` wants) and almost no padding; with ``pack_len: null`` they are batched by
+length. The cache is the same either way, to rounding.
+
+Several processes each hold a full copy of the model and take every N-th pending shard; a
+shard's batches do not depend on how many processes run, so the cache is the same. A run
+that is killed keeps its finished shards; running the same command again computes the rest.
 """
 
 import os
@@ -44,6 +48,7 @@ class PrecomputeEntropyRecipe:
         self._batch_size = cfg.batch_size
         self._chunk_size = cfg.chunk_size
         self._vocab_chunk_size = cfg.vocab_chunk_size
+        self._pack_len = cfg.pack_len
 
     def _barrier(self) -> None:
         if self._distributed:
@@ -63,10 +68,12 @@ class PrecomputeEntropyRecipe:
         pending = self._writer.pending_shards()
         self._barrier()
         self._shards = pending[self._rank :: self._world_size]
+        batches = (f"{self._batch_size} samples a batch, batched by length" if self._pack_len is None
+                   else f"{self._batch_size} rows of {self._pack_len} tokens a batch, samples packed whole")
         log.info(
             f"rank {self._rank}: {len(self._tokens)} samples, {self._tokens.manifest['num_tokens']} tokens, "
             f"{self._writer.num_shards - len(pending)} of {self._writer.num_shards} shards already "
-            f"cached, {len(self._shards)} to compute here"
+            f"cached, {len(self._shards)} to compute here, {batches}"
         )
         if not self._shards:
             return
@@ -74,6 +81,9 @@ class PrecomputeEntropyRecipe:
             model = config.instantiate(cfg.model)
         check_matches_checkpoint(model, checkpointer.config, f"{cfg.checkpointer.checkpoint_dir}/config.json")
         model.load_state_dict(checkpointer.load_checkpoint()["model"], strict=True)
+        if cfg.compile:
+            # Per layer, as training compiles: final_hidden_states calls the layers one by one.
+            training.compile_model(model, verbose=self._rank == 0)
         self._model = model.eval()
 
     def run(self) -> None:
@@ -85,7 +95,7 @@ class PrecomputeEntropyRecipe:
         for shard in self._shards:
             samples = [self._tokens[i] for i in self._writer.shard_samples(shard)]
             entropies = shard_entropies(self._model, samples, self._batch_size, self._chunk_size,
-                                        self._vocab_chunk_size, None, on_batch=progress.update)
+                                        self._vocab_chunk_size, self._pack_len, on_batch=progress.update)
             self._writer.write_shard(shard, [h.numpy() for h in entropies], sample_table(samples))
         progress.close()
         if self._shards:
