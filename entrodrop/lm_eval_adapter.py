@@ -52,17 +52,21 @@ class TorchtuneLM(TemplateLM):
             between, the steps are queued on the device without waiting for it, and the host's
             per-row checks of one block overlap the device's next steps; a batch runs at most
             ``stop_check_every - 1`` steps past its last row's stop. Outputs do not depend on it.
+            None: 8 on a GPU, 1 on the CPU (which has no device to overlap with, so a later
+            check would only add steps).
     """
 
     def __init__(self, model: torch.nn.Module, tokenizer, device: torch.device, max_seq_len: int,
                  batch_size: int, max_gen_toks: int = 256, distributed: bool = False,
                  generation_batch_size: Optional[int] = None, compile_decode: bool = False,
-                 stop_check_every: int = 8) -> None:
+                 stop_check_every: Optional[int] = None) -> None:
         super().__init__()
         self._model, self._tokenizer, self._device = model, tokenizer, device
         self._max_seq_len, self._batch_size, self._max_gen_toks = max_seq_len, batch_size, max_gen_toks
         self._generation_batch_size = generation_batch_size or batch_size
         self._compile_decode, self._cache_shape = compile_decode, None
+        if stop_check_every is None:
+            stop_check_every = 1 if device.type == "cpu" else 8
         if stop_check_every < 1:
             raise ValueError(f"stop_check_every={stop_check_every}: must be at least 1")
         self._stop_check_every = stop_check_every

@@ -94,6 +94,8 @@ def main() -> None:
     parser.add_argument("--max-new", type=int, default=None, help="tokens to generate (default: 64 CPU, 256 CUDA)")
     parser.add_argument("--prompt-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--stop-check-every", type=int, default=None,
+                        help="decode steps between reads of the new tokens (default: the adapter's, 8 on CUDA, 1 on CPU)")
     args = parser.parse_args()
     import transformers
     from lm_eval.api.instance import Instance
@@ -124,9 +126,10 @@ def main() -> None:
     rows = []
     for b in batch_sizes:
         texts = prompts(tokenizer, b, args.prompt_tokens)
-        lm = TorchtuneLM(ours, tokenizer, device, max_seq_len=args.prompt_tokens + max_new + 1, batch_size=b)
+        lm = TorchtuneLM(ours, tokenizer, device, max_seq_len=args.prompt_tokens + max_new + 1, batch_size=b,
+                         stop_check_every=args.stop_check_every)
         compiled = TorchtuneLM(ours, tokenizer, device, max_seq_len=args.prompt_tokens + max_new + 1, batch_size=b,
-                               compile_decode=True)
+                               compile_decode=True, stop_check_every=args.stop_check_every)
 
         def adapter(stops, lm=lm):
             return lm.generate_until([Instance("generate_until", {}, (t, {"until": until, "max_gen_toks": max_new}), i)

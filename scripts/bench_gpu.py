@@ -148,7 +148,9 @@ def main() -> None:
             sys.exit(f"tokenize failed, see {out / 'tokenize.log'}:\n{result.stderr[-2000:]}")
     print(f"device {torch.cuda.get_device_name() if args.device == 'cuda' else 'cpu'}; rows of {args.seq_len} tokens, "
           f"{args.rows} a training step, {args.steps} steps a run ({args.warmup} warm-up), {args.repeats} off/static "
-          f"pair(s); MFU against {args.peak_tflops:g} TFLOP/s\n")
+          f"pair(s); MFU against {args.peak_tflops:g} TFLOP/s, counting 6N + 12·L·H·Q·T FLOPs a trained token and "
+          f"2N + 4·L·H·Q·T a precomputed one (N parameters less the embedding lookup, L layers, H heads of width Q, "
+          f"T the row length)\n")
     rows = []
     for name in args.models.split(","):
         model_type, shape, train_config, precompute_config = MODELS[name]

@@ -334,7 +334,9 @@ def _generate_on_rank(rank: int, init_file: str, model_args: dict, assets: str, 
     forwards = []
     model.register_forward_hook(lambda *args: forwards.append(1))
     tokenizer = qwen3_tokenizer(f"{assets}/qwen3/vocab.json", f"{assets}/qwen3/merges.txt", f"{assets}/qwen3/tokenizer.json")
-    lm = TorchtuneLM(model, tokenizer, torch.device("cpu"), max_seq_len=128, batch_size=2, distributed=True)
+    # New tokens read every 3 steps: the ranks agree on stopping at those reads only.
+    lm = TorchtuneLM(model, tokenizer, torch.device("cpu"), max_seq_len=128, batch_size=2, distributed=True,
+                     stop_check_every=3)
     texts = lm.generate_until([Instance("generate_until", {}, (p, {"until": until, "max_gen_toks": n}), i)
                                for i, (p, n, until) in enumerate(prompts)])
     counts = [None, None]
