@@ -80,12 +80,17 @@ def test_pruning_can_keep_the_weights_for_an_offline_evaluation(tmp_path):
     assert earlier_run(root, tmp_path / "logs", tmp_path / "eval") == [f"{root}: 1 checkpoint (step_6)"]
 
 
-def test_scorable_checkpoints_name_every_incomplete_one(tmp_path):
-    root = tmp_path / "checkpoints"
-    for step in (3, 12, 7):
+def whole_checkpoints(root, steps=(3, 12, 7)):
+    """``step_<N>`` directories that hold a config and a weight file: whole checkpoints."""
+    for step in steps:
         (root / f"step_{step}").mkdir(parents=True)
         (root / f"step_{step}" / "config.json").write_text("{}")
         (root / f"step_{step}" / "model.safetensors").write_bytes(b"w")
+
+
+def test_scorable_checkpoints_name_every_incomplete_one(tmp_path):
+    root = tmp_path / "checkpoints"
+    whole_checkpoints(root)
     (root / ".step_20.tmp-x").mkdir()  # a save in progress is not a checkpoint
     assert [p.name for p in scorable_checkpoints(str(root))] == ["step_3", "step_7", "step_12"]
     assert scorable_checkpoints(str(root / "step_7")) == [root / "step_7"]  # one Hugging Face directory
@@ -111,10 +116,7 @@ def test_a_checkpoint_says_where_in_training_it_was_saved(tmp_path):
 
 def test_the_checkpoints_to_score_are_those_without_a_record_of_this_evaluation(tmp_path):
     root = tmp_path / "checkpoints"
-    for step in (3, 12, 7):
-        (root / f"step_{step}").mkdir(parents=True)
-        (root / f"step_{step}" / "config.json").write_text("{}")
-        (root / f"step_{step}" / "model.safetensors").write_bytes(b"w")
+    whole_checkpoints(root)
     eval_dir = tmp_path / "eval"
     eval_dir.mkdir()
     scored = {"tasks": {"t": {}}, "limit": None, "val_loss": {"all": 1.0}}
