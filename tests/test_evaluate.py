@@ -158,6 +158,7 @@ def _decide_on_two_ranks(rank: int, init_file: str, out_dir: str, fail: bool) ->
     except ValueError as e:
         answer = f"ValueError: {e}"
     (Path(out_dir) / f"{rank}.json").write_text(json.dumps({"answer": answer, "calls": calls}))
+    dist.barrier()  # no rank tears gloo down while another still works in it
     dist.destroy_process_group()
 
 

@@ -345,6 +345,7 @@ def _generate_on_rank(rank: int, init_file: str, model_args: dict, assets: str, 
     if rank == 0:
         with open(out_file, "w") as f:
             json.dump(texts, f)
+    dist.barrier()  # no rank tears gloo down while another still works in it (recipes/smoke.py does the same)
     dist.destroy_process_group()
 
 
