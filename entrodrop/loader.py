@@ -109,7 +109,8 @@ def block_causal_mask(document_ids: torch.Tensor):
 
     A row's documents are runs of one id (as ``pack_rows`` lays them out), so "the same
     document" is "the same id": the dense mask is one comparison, where torchtune's builds a
-    ``tril`` per document and joins them with ``block_diag`` (a tenth of a tiny model's CPU step).
+    ``tril`` per document and joins them with ``block_diag`` (about 8% of a tiny model's CPU step
+    in a profile of the training recipe).
 
     Example:
         >>> block_causal_mask(torch.tensor([[0, 0, 1]]))[0].int()

@@ -69,14 +69,14 @@ def child(variant: str, tokens: int, dim: int, vocab: int, repeats: int, chunk_s
     dtype = torch.bfloat16 if cuda else torch.float32
     gen = torch.Generator().manual_seed(0)
     hidden = torch.randn(2, tokens // 2, dim, generator=gen).to(device, dtype).requires_grad_()
-    weight = (torch.randn(vocab, dim, generator=gen) * dim**-0.5).to(device, dtype).requires_grad_()
+    weight = torch.nn.Parameter((torch.randn(vocab, dim, generator=gen) * dim**-0.5).to(device, dtype))
     labels = torch.randint(0, vocab, (2, tokens // 2), generator=gen)
     labels[torch.rand(labels.shape, generator=gen) < 0.05] = -100
     labels = labels.to(device)
     chunked_ce = CEWithChunkedOutputLoss(num_output_chunks=8)
     if variant == "liger":  # the config component, bound to a stand-in model whose projection is ``weight``
         projection = torch.nn.Linear(dim, vocab, bias=False, device="meta")
-        projection.weight = torch.nn.Parameter(weight)
+        projection.weight = weight  # the same parameter, so its gradient is the one reset below
         liger = LinearCrossEntropy(impl="liger")
         liger.set_model_output(SimpleNamespace(output=projection))
 
