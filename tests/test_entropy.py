@@ -189,9 +189,10 @@ def test_bf16_packed_entropies_are_within_1e_2_nats_of_fp32(tiny, name):
 
 def test_packing_adds_no_bf16_error_where_predictions_are_as_peaked_as_an_lms(tiny):
     """With the untied output projection scaled 30x, the tiny Llama's logits spread as an LM's
-    do (std about 5) and its entropies span 0-4 nats. bf16 activations then cost up to ~0.08
-    nats a token against fp32 (measured: mean 0.016), over the issue's 1e-2 bar, batched by
-    length or packed alike: the layout must add nothing to that."""
+    do (std about 5) and its entropies span 0-4 nats. bf16 then costs 0.0085 nats a token on
+    average against fp32, 0.056 at most (measured), batched by length or packed alike: the
+    layout must add nothing to that. With the logits rounded to bf16 before the upcast (before
+    ``entropy.fp32_logits``) it was 0.016 and 0.076; what is left is the layers' bf16."""
     samples, models = tiny
     model = copy.deepcopy(models["llama3_1"])
     with torch.no_grad():
@@ -204,18 +205,18 @@ def test_packing_adds_no_bf16_error_where_predictions_are_as_peaked_as_an_lms(ti
     packed = shard_entropies(bf16, samples, 3, 64, 2048, pack_len=max(map(len, samples)))
     for a, b in zip(packed, by_length):
         torch.testing.assert_close(a, b, atol=1e-3, rtol=0, equal_nan=True)
-    assert (torch.cat([h[1:] for h in packed]) - reference).abs().mean() < 0.05
+    assert (torch.cat([h[1:] for h in packed]) - reference).abs().mean() < 1e-2
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="compile is for GPUs: on CPU it costs more than this run")
-def test_compiled_packed_entropies_on_a_gpu_equal_the_cpus_by_length(tiny):
+@pytest.mark.gpu
+def test_compiled_packed_entropies_on_a_gpu_equal_the_cpus_by_length(tiny, gpu):
     """What ``compile: True`` runs: the layers compiled as the recipe compiles them, rows of one
     shape, flex attention's block mask. fp32 on both devices."""
     from torchtune import training
 
     samples, models = tiny
     samples = [s.tolist() for s in samples]
-    model = copy.deepcopy(models["qwen3"]).cuda()
+    model = copy.deepcopy(models["qwen3"]).to(gpu)
     training.compile_model(model, verbose=False)
     by_length = shard_entropies(models["qwen3"], samples, 4, 64, 2048, pack_len=None)
     for _ in range(2):  # the second pass runs the compiled layers as compiled by the first
