@@ -104,8 +104,10 @@ def plan_budget(total_tokens: int, global_batch_size: int, seq_len: int, target_
 
 def block_causal_mask(document_ids: torch.Tensor):
     """``[b, s]`` document ids -> torchtune's packed-sequence mask: position i may attend to j
-    iff j <= i in the same document (padding is one more document). A ``[b, s, s]`` bool tensor,
-    or on GPUs with flex attention torchtune's ``BlockMask`` that never materializes it.
+    iff j <= i in the same document (padding is one more document). A ``[b, s, s]`` bool tensor
+    on the ids' device; for ids on a GPU that runs flex attention, torchtune's ``BlockMask``,
+    which never materializes it. The ids' device decides, not the machine: torchtune builds its
+    ``BlockMask`` on CUDA, which a model on the CPU of a machine with a GPU cannot read.
 
     A row's documents are runs of one id (as ``pack_rows`` lays them out), so "the same
     document" is "the same id": the dense mask is one comparison, where torchtune's builds a
@@ -118,7 +120,7 @@ def block_causal_mask(document_ids: torch.Tensor):
                 [1, 1, 0],
                 [0, 0, 1]], dtype=torch.int32)
     """
-    if _SUPPORTS_FLEX_ATTENTION:
+    if _SUPPORTS_FLEX_ATTENTION and document_ids.is_cuda:
         return packed_block_causal_mask([torch.unique_consecutive(row, return_counts=True)[1] for row in document_ids])
     s = document_ids.shape[-1]
     causal = torch.ones(s, s, dtype=torch.bool, device=document_ids.device).tril()
