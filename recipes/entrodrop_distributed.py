@@ -68,6 +68,8 @@ from entrodrop.run_dir import (
     prune_checkpoints,
     refuse_earlier_run,
     resume_state,
+    rng_state,
+    set_rng_state,
 )
 
 log = utils.get_logger("INFO")
@@ -149,7 +151,7 @@ class EntroDropRecipeDistributed:
             training.load_from_full_optimizer_state_dict(self._model, self._optimizer, state["optimizer"], self._device)
             self._lr_scheduler.load_state_dict(state["lr_scheduler"])
             self._loader.load_state_dict(state["loader"])
-            torch.set_rng_state(state["rng"][self._rank])
+            set_rng_state(state["rng"][self._rank], self._device)
             utils.log_rank_zero(log, f"resumed from {resume_dir} at step {self._step}")
         self._setup_evaluation(cfg)
         self._metric_logger = config.instantiate(cfg.metric_logger) if self._rank == 0 else None
@@ -366,7 +368,7 @@ class EntroDropRecipeDistributed:
         model_sd = training.gather_cpu_state_dict(self._model, rank_zero, device=self._device)
         optimizer_sd = training.get_full_optimizer_state_dict(self._model, self._optimizer, rank_zero, device=self._device)
         rng = [None] * self._world_size
-        dist.all_gather_object(rng, torch.get_rng_state())
+        dist.all_gather_object(rng, rng_state(self._device))
         if rank_zero:
             state = {
                 "step": self._step, "seed": self._seed, "e_bar": self._e_bar.cpu(), "optimizer": optimizer_sd,

@@ -62,6 +62,8 @@ from entrodrop.run_dir import (
     prune_checkpoints,
     refuse_earlier_run,
     resume_state,
+    rng_state,
+    set_rng_state,
 )
 
 log = utils.get_logger("INFO")
@@ -136,7 +138,7 @@ class EntroDropRecipeSingleDevice:
             self._optimizer.load_state_dict(state["optimizer"])
             self._lr_scheduler.load_state_dict(state["lr_scheduler"])
             self._loader.load_state_dict(state["loader"])
-            torch.set_rng_state(state["rng"])
+            set_rng_state(state["rng"], self._device)
             log.info(f"resumed from {resume_dir} at step {self._step}")
         self._setup_evaluation(cfg)
         self._metric_logger = config.instantiate(cfg.metric_logger)
@@ -324,7 +326,7 @@ class EntroDropRecipeSingleDevice:
         state = {
             "step": self._step, "seed": self._seed, "e_bar": self._e_bar.cpu(),
             "optimizer": self._optimizer.state_dict(), "lr_scheduler": self._lr_scheduler.state_dict(),
-            "loader": self._loader.state_dict(), "rng": torch.get_rng_state(), "config": self._config,
+            "loader": self._loader.state_dict(), "rng": rng_state(self._device), "config": self._config,
             "val_losses": self._val_losses, "j0": self._j0,  # midpoint: auto
         }
         path = self._checkpointer.save_checkpoint({"model": self._model.state_dict()}, f"step_{self._step}", state,

@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from entrodrop.checkpointing import PROGRESS_FNAME, RECIPE_STATE_FNAME
 from entrodrop.run_dir import (
@@ -13,7 +14,9 @@ from entrodrop.run_dir import (
     earlier_run,
     move_aside,
     prune_checkpoints,
+    rng_state,
     scorable_checkpoints,
+    set_rng_state,
 )
 
 
@@ -135,3 +138,15 @@ def test_the_checkpoints_to_score_are_those_without_a_record_of_this_evaluation(
     assert checkpoints_to_score(str(root), str(tmp_path / "none"), ["t"], None, True, "torchtune", 512)[1] == found
     assert checkpoints_to_score(str(root / "step_12"), str(eval_dir), ["t"], None, True, "hf", 512) == (
         [root / "step_12"], [root / "step_12"])
+
+
+def test_the_saved_rng_state_repeats_the_draws_and_an_older_checkpoints_cpu_state_still_loads():
+    cpu = torch.device("cpu")
+    torch.manual_seed(5)
+    saved, old_format = rng_state(cpu), torch.get_rng_state()
+    assert saved["cuda"] is None  # a CUDA run saves the device's generator too (tests/test_gpu_recipes.py)
+    first = torch.rand(4)
+    for state in (saved, old_format):
+        torch.manual_seed(6)
+        set_rng_state(state, cpu)
+        assert torch.equal(torch.rand(4), first)
