@@ -1,6 +1,8 @@
 # Two commands do all set-up on a fresh machine:
 #   make demo   the main job on the embedded tiny default, offline
 #   make test   the test suite
+# On a machine with a CUDA GPU (and a CUDA build of torch), one more:
+#   make test-gpu   the tests of the CUDA paths alone, on the first CUDA device
 # Everything installs into a project-local virtual environment, $(VENV).
 
 PYTHON ?= python3
@@ -9,10 +11,11 @@ PY := $(VENV)/bin/python
 # The CPU wheel that lies on this machine's disk; a bare `torch` may pull a multi-GB CUDA build.
 TORCH_VERSION ?= 2.13.0
 INSTALLED := $(VENV)/.installed
+GPU_INSTALLED := $(VENV)/.installed-gpu
 ASSETS := assets/tiny/.built
 LIBRARY := $(wildcard entrodrop/*.py entrodrop/*/*.py)
 
-.PHONY: install assets test demo clean
+.PHONY: install assets test test-gpu demo clean
 
 install: $(INSTALLED)
 
@@ -31,6 +34,17 @@ $(ASSETS): $(INSTALLED) scripts/make_tiny_assets.py $(LIBRARY)
 
 test: $(ASSETS)
 	$(PY) -m pytest
+
+# liger-kernel (the `gpu` extra) for the loss tests of `impl: liger`.
+$(GPU_INSTALLED): $(INSTALLED)
+	$(PY) -m pip install --quiet --disable-pip-version-check "torch==$(TORCH_VERSION)" -e ".[dev,gpu]"
+	touch $@
+
+# The tests marked `gpu` (tests/test_gpu_*.py); `make test` skips them without a GPU.
+test-gpu: $(ASSETS) $(GPU_INSTALLED)
+	@$(PY) -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else \
+	  f'make test-gpu: torch {torch.__version__} sees no CUDA GPU (its CUDA build: {torch.version.cuda}); it needs one, and a CUDA build of torch')"
+	$(PY) -m pytest -m gpu
 
 # FULL=1 make demo: the longer version.
 demo: $(ASSETS)

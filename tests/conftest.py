@@ -1,4 +1,11 @@
-"""Shared fixtures: the repository root, the tiny offline assets, and the real `tune` CLI."""
+"""Shared fixtures: the repository root, the tiny offline assets, the real `tune` CLI, and the
+device of the GPU tests.
+
+Tests marked ``gpu`` check the CUDA paths (``make test-gpu`` runs them alone); without a CUDA GPU
+they are skipped. ``GPU_TESTS_ON_CPU=1`` runs them on the CPU instead, with the checks that only
+CUDA has (liger-kernel, flex attention, peak memory, nccl) skipped: a check of the tests
+themselves for a machine without a GPU, never of a GPU.
+"""
 
 import importlib.util
 import os
@@ -8,10 +15,33 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "assets" / "tiny"
 TUNE = str(Path(sys.executable).parent / "tune")
+GPU_TESTS_ON_CPU = os.environ.get("GPU_TESTS_ON_CPU") == "1"
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available() or GPU_TESTS_ON_CPU:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU: run `make test-gpu` on a machine with one")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def gpu() -> torch.device:
+    """The device of the ``gpu`` tests: the first CUDA device (or the CPU, with GPU_TESTS_ON_CPU=1)."""
+    return torch.device("cpu") if GPU_TESTS_ON_CPU else torch.device("cuda", 0)
+
+
+def cuda_only(device: torch.device, what: str) -> None:
+    """Skip the rest of a ``gpu`` test that runs on the CPU (GPU_TESTS_ON_CPU=1): ``what`` needs CUDA."""
+    if device.type != "cuda":
+        pytest.skip(f"{what} needs CUDA (GPU_TESTS_ON_CPU=1 runs the rest of the GPU tests on the CPU)")
 
 
 def _load_script(name: str):
