@@ -13,7 +13,7 @@ U+FFFD; ``read_corpus`` counts the lines that had them.
 import hashlib
 import json
 from pathlib import Path
-from typing import List, NamedTuple, Optional, Sequence
+from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -87,14 +87,43 @@ def read_texts(path: str, text_field: str) -> List[str]:
     return read_corpus(path, text_field).texts
 
 
-def tokenize_sample(tokenizer, text: str, max_seq_len: int) -> List[int]:
-    """Token ids of one record: BOS/EOS as the tokenizer defines them, cut to ``max_seq_len``.
+LONG_SAMPLES = ("split", "truncate")
 
-    An empty or whitespace-only text gives no tokens.
+
+def sample_pieces(tokenizer, sample: Union[str, List[Tuple[str, str]]], max_seq_len: int,
+                  long_samples: str) -> Tuple[List[List[int]], int]:
+    """The stored samples of one record, and how many of its tokens were cut off.
+
+    A text is encoded with BOS/EOS as the tokenizer defines them (an empty or whitespace-only
+    text gives one empty sample, so ids stay record numbers); (role, text) turns go through
+    the tokenizer's chat template (``tokenize_messages``). Ids longer than ``max_seq_len``
+    become consecutive pieces of ``max_seq_len`` (``split``: nothing lost, each piece trained
+    and given entropies in its own context) or keep their first ``max_seq_len`` (``truncate``).
+
+    Example:
+        >>> class Chars:  # a stand-in tokenizer: one id per character, no BOS or EOS
+        ...     def encode(self, text, add_bos, add_eos): return [ord(c) for c in text]
+        >>> [len(p) for p in sample_pieces(Chars(), "abcdefg", 3, "split")[0]]
+        [3, 3, 1]
+        >>> sample_pieces(Chars(), "abcdefg", 3, "truncate")
+        ([[97, 98, 99]], 4)
     """
-    if not text.strip():
-        return []
-    return tokenizer.encode(text, add_bos=True, add_eos=True)[:max_seq_len]
+    if isinstance(sample, str):
+        ids = tokenizer.encode(sample, add_bos=True, add_eos=True) if sample.strip() else []
+    else:
+        from torchtune.data import Message
+
+        ids = tokenizer.tokenize_messages([Message(role=role, content=text) for role, text in sample])[0]
+    if len(ids) <= max_seq_len:
+        return [ids], 0
+    if long_samples == "truncate":
+        return [ids[:max_seq_len]], len(ids) - max_seq_len
+    return [ids[start : start + max_seq_len] for start in range(0, len(ids), max_seq_len)], 0
+
+
+def tokenize_sample(tokenizer, text: str, max_seq_len: int) -> List[int]:
+    """Token ids of one record cut to ``max_seq_len`` (``sample_pieces`` with ``truncate``)."""
+    return sample_pieces(tokenizer, text, max_seq_len, "truncate")[0][0]
 
 
 def token_hash(ids: Sequence[int]) -> int:

@@ -98,21 +98,39 @@ def fingerprint_tokenizer(tokenizer_cfg: Dict[str, Any]) -> str:
     return _sha(["\n".join(parts).encode()])
 
 
-def fingerprint_corpus(path: str, text_field: str) -> str:
-    """The corpus file's bytes and the field read from it."""
-    return _sha([fingerprint_file(Path(path)).encode(), text_field.encode()])
+def store_key(tokenizer_cfg: Dict[str, Any], source: Dict[str, Any], max_seq_len: int) -> Dict[str, Any]:
+    """The key of a token store written from ``source`` (``entrodrop.sources``: where the rows
+    come from, the data's fingerprint, their selection, rendering and long-sample rule)."""
+    return {"model": None, "tokenizer": fingerprint_tokenizer(tokenizer_cfg),
+            "corpus": _sha([json.dumps(source, sort_keys=True, default=str).encode()]), "max_seq_len": max_seq_len}
 
 
-def cache_key(checkpoint_dir: Optional[str], weight_files: Sequence[str], tokenizer_cfg: Dict[str, Any],
-              corpus_path: str, text_field: str, max_seq_len: int) -> Dict[str, Any]:
-    """What a store is computed from; it is valid only for the same key. A token store
-    depends on no model: pass ``checkpoint_dir=None``."""
-    return {
-        "model": fingerprint_checkpoint(checkpoint_dir, weight_files) if checkpoint_dir else None,
-        "tokenizer": fingerprint_tokenizer(tokenizer_cfg),
-        "corpus": fingerprint_corpus(corpus_path, text_field),
-        "max_seq_len": max_seq_len,
-    }
+def source_differences(old: Optional[Dict[str, Any]], new: Optional[Dict[str, Any]]) -> List[str]:
+    """The fields of two stores' recorded sources that differ, as ``source.<field>: store has A, now B``."""
+    old, new = old or {}, new or {}
+    return [f"source.{k}: store has {old.get(k, '<absent>')!r}, now {new.get(k, '<absent>')!r}"
+            for k in sorted(set(old) | set(new)) if old.get(k, "<absent>") != new.get(k, "<absent>")]
+
+
+def existing_store(store_dir: str, kind: str, key: Dict[str, Any], source: Optional[Dict[str, Any]] = None) -> str:
+    """What ``store_dir`` holds for a store of ``key``: ``none`` (nothing yet), ``partial`` (the
+    same store, unfinished) or ``complete``. Checked before any work, so a directory that holds
+    another store is refused before anything is computed for it.
+
+    Raises:
+        CacheMismatchError: ``store_dir`` holds a store of something else (named field by field).
+    """
+    manifest_path = Path(store_dir) / MANIFEST
+    if not manifest_path.exists():
+        return "none"
+    old = json.loads(manifest_path.read_text())
+    problems = [f"kind: store has {old['kind']}, now {kind}"] if old["kind"] != kind else []
+    problems += [f"{f}: store has {old['key'][f]}, now {key[f]}" for f in KEY_FIELDS if old["key"][f] != key[f]]
+    if problems:
+        problems += source_differences(old.get("source"), source)
+    _raise_if(problems, f"{store_dir} already holds another {KINDS[old['kind']][0]} (delete it or choose another "
+              "directory)")
+    return "complete" if old["complete"] else "partial"
 
 
 def entropy_cache_key(tokens: "SampleStore", checkpoint_dir: str, weight_files: Sequence[str]) -> Dict[str, Any]:
@@ -186,6 +204,8 @@ class SampleStoreWriter:
         store_dir (str): the store directory.
         kind (str): ``entropy`` or ``tokens``.
         key (Dict[str, Any]): ``model``, ``tokenizer``, ``corpus`` fingerprints and ``max_seq_len``.
+        source (Dict[str, Any]): for a token store, what it was written from, in words
+            (``entrodrop.sources``); recorded in the manifest, named when a store differs.
         num_samples (int): samples in the corpus.
         samples_per_shard (int): samples in each shard.
         create (bool): write the manifest (one process does; the others pass False and
@@ -197,10 +217,11 @@ class SampleStoreWriter:
     """
 
     def __init__(self, store_dir: str, kind: str, key: Dict[str, Any], num_samples: int,
-                 samples_per_shard: int, create: bool) -> None:
+                 samples_per_shard: int, create: bool, source: Optional[Dict[str, Any]] = None) -> None:
         self.dir = Path(store_dir)
         self.kind = kind
         self.key = key
+        self.source = source
         self.num_samples = num_samples
         self.samples_per_shard = samples_per_shard
         self.num_shards = max(1, -(-num_samples // samples_per_shard))
@@ -217,6 +238,8 @@ class SampleStoreWriter:
                 for field in KEY_FIELDS
                 if old["key"][field] != key[field]
             ]
+            if problems:
+                problems += source_differences(old.get("source"), source)
             _raise_if(problems, f"{self.dir} already holds another {KINDS[old['kind']][0]} "
                       "(delete it or choose another directory)")
         elif create:
@@ -236,6 +259,7 @@ class SampleStoreWriter:
             "samples_per_shard": self.samples_per_shard,
             "num_shards": self.num_shards,
             "complete": complete,
+            **({"source": self.source} if self.source is not None else {}),
         }
 
     def pending_shards(self) -> List[int]:

@@ -13,9 +13,9 @@ valid on their own, so one mistake is not reported twice.
 import json
 import os
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from entrodrop.config_check import (
     Component,
@@ -32,7 +32,9 @@ from entrodrop.config_check import (
     raise_problems,
     string,
 )
+from entrodrop.corpus import LONG_SAMPLES
 from entrodrop.method import AUTO, SCHEDULES, TARGETING
+from entrodrop.sources import LOCAL_BUILDERS, STYLES, template_fields
 
 Rule = Tuple[Sequence[str], Callable[[DictConfig], List[str]]]  # (keys it reads, cfg -> problems)
 
@@ -261,13 +263,89 @@ EVALUATE_RULES: List[Rule] = [
     (["backend"], _one_process_backend),
 ]
 
+# A corpus entry of recipes/tokenize_corpus.py (entrodrop.sources): a JSON-lines file ...
+JSONL_CORPUS = {"path": string(), "text_field": string(), "store_dir": string()}
+# ... or a datasets.load_dataset source, with torchtune's key names where it has them.
+SOURCE_CORPUS = {
+    "source": string(),
+    "name": optional(string()),
+    "split": string(),
+    "data_files": optional(lambda v: None if isinstance(v, (str, list, dict)) and v else "must be a path, a list of "
+                           "paths, or a split -> paths mapping"),
+    "revision": optional(string()),
+    "streaming": boolean(),
+    # how a row becomes a sample: exactly one of these three
+    "column": optional(string()),
+    "template": optional(string()),
+    "conversation_column": optional(string()),
+    "conversation_style": one_of(*STYLES),
+    "chat_template": boolean(),
+    # the selection
+    "seed": integer(minimum=0),
+    "max_tokens": optional(integer(minimum=1)),
+    "max_samples": optional(integer(minimum=1)),
+    "validation_size": optional(lambda v: None if (isinstance(v, float) and 0 < v < 1) or (_whole(v) and v >= 1)
+                                else "must be a fraction in (0, 1) or a count of rows >= 1"),
+    "validation_store_dir": optional(string()),
+    "long_samples": one_of(*LONG_SAMPLES),
+    "store_dir": string(),
+}
+
+
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _source_rules(entry, prefix: str) -> List[str]:
+    """What a source entry's keys must agree on."""
+    problems = []
+    renderings = [k for k in ("column", "template", "conversation_column") if entry[k] is not None]
+    if len(renderings) != 1:
+        problems.append(f"{prefix}: set exactly one of column, template, conversation_column (how a row becomes a "
+                        f"sample), not {renderings or 'none'}")
+    if entry["template"] is not None:
+        try:
+            if not template_fields(entry["template"]):
+                problems.append(f"{prefix}template={entry['template']!r} names no column ({{column}})")
+        except ValueError as e:
+            problems.append(f"{prefix}template={entry['template']!r} is not a format string ({e})")
+    if entry["chat_template"] and entry["conversation_column"] is None:
+        problems.append(f"{prefix}chat_template=True renders turns: it needs conversation_column")
+    if entry["max_tokens"] is not None and entry["max_samples"] is not None:
+        problems.append(f"{prefix}: max_tokens and max_samples are both set: choose one budget")
+    if (entry["validation_size"] is None) != (entry["validation_store_dir"] is None):
+        problems.append(f"{prefix}: validation_size and validation_store_dir go together (both set, or both null)")
+    if entry["streaming"] and isinstance(entry["validation_size"], float):
+        problems.append(f"{prefix}validation_size={entry['validation_size']}: a streamed source has no known size; "
+                        "hold out a count of rows")
+    if entry["source"] in LOCAL_BUILDERS and entry["data_files"] is None:
+        problems.append(f"{prefix}data_files=None: the local builder {entry['source']} reads data_files")
+    return problems
+
+
+def _corpus_entries(cfg: DictConfig) -> List[str]:
+    problems = []
+    for name, node in cfg.corpora.items():
+        prefix = f"corpora.{name}."
+        if "path" in node:
+            long_samples = {"long_samples": one_of(*LONG_SAMPLES)} if "long_samples" in node else {}
+            problems += check_config(node, {**JSONL_CORPUS, **long_samples}, prefix)  # split when not set
+        elif "source" in node:
+            found = check_config(node, SOURCE_CORPUS, prefix)
+            problems += found or _source_rules(OmegaConf.to_container(node, resolve=True), prefix)
+        else:
+            problems.append(f"corpora.{name}: names neither a JSON-lines file (path, text_field, store_dir) nor a "
+                            f"datasets source (source, split, ...: see configs/qwen3/0.6B_tokenize.yaml)")
+    return problems
+
+
 TOKENIZE = {
     "tokenizer": Component(),
-    "corpora": mapping(lambda c: None if isinstance(c, dict) and set(c) == {"path", "text_field", "store_dir"}
-                       else "must have exactly the keys path, text_field and store_dir"),
+    "corpora": mapping(lambda c: None if isinstance(c, Mapping) else "must be a node of corpus keys"),
     "max_seq_len": integer(minimum=1),
     "samples_per_shard": integer(minimum=1),
 }
+TOKENIZE_RULES: List[Rule] = [(["corpora"], _corpus_entries)]
 
 PRECOMPUTE = {
     "cache_dir": string(),

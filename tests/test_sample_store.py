@@ -15,7 +15,9 @@ from safetensors.torch import load_file, save_file
 
 from entrodrop.corpus import CorpusError, read_corpus, read_texts, token_hash, tokenize_corpus
 from entrodrop.entropy import sample_entropies
-from entrodrop.sample_store import CacheMismatchError, SampleStore, SampleStoreWriter, cache_key, sample_table
+from entrodrop.sample_store import (CacheMismatchError, SampleStore, SampleStoreWriter, fingerprint_checkpoint,
+                                    sample_table, store_key)
+from entrodrop.sources import jsonl_description
 from entrodrop.models.qwen3 import qwen3_tokenizer
 
 from conftest import REPO, TUNE
@@ -132,7 +134,10 @@ def key_parts(tiny_assets):
 def key_and_table(key_parts, tokenizer, **changes):
     parts = {**key_parts, **changes}
     samples = tokenize_corpus(tokenizer, parts["corpus_path"], parts["text_field"], parts["max_seq_len"])
-    return cache_key(**parts), sample_table(samples)
+    # The key the recipes give the entropy cache of this corpus's token store (truncate: the tiny configs').
+    key = store_key(parts["tokenizer_cfg"], jsonl_description(parts["corpus_path"], parts["text_field"], "truncate"),
+                    parts["max_seq_len"])
+    return {**key, "model": fingerprint_checkpoint(parts["checkpoint_dir"], parts["weight_files"])}, sample_table(samples)
 
 
 def test_the_unchanged_setting_verifies(reference_cache, key_parts, tiny_assets):

@@ -1,0 +1,176 @@
+"""A token store written from a ``StorePlan`` (``entrodrop.sources``), by one process or N.
+
+The plan's rows, in their order, are cut into blocks of ``samples_per_shard`` rows. Process p
+of N tokenizes blocks p, p + N, ... into part files (``<store_dir>/.parts-<key>/``); after each
+round of N blocks the processes share how many rows and tokens their blocks hold
+(``all_gather``), so all of them stop at the same round once a budget is met. Then one process
+lays the samples of the parts, in block order and up to the budget in whole rows
+(``sources.rows_within_budget``), into the store's shards (``SampleStoreWriter``), and removes
+the parts. A record longer than ``max_seq_len`` is split or cut there as the plan says, so a
+block may hold more samples than rows, and the shards, of ``samples_per_shard`` samples, do not
+line up with blocks.
+
+Nothing depends on N: the same store comes out of one process or eight. A killed run keeps
+its finished parts (and the store's finished shards); the same command completes it. Parts of
+another key (an edited config) are removed: they are scratch, never a store.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from itertools import islice
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+import numpy as np
+
+from entrodrop.corpus import sample_pieces
+from entrodrop.sample_store import SampleStoreWriter, existing_store, sample_table
+from entrodrop.sources import SourceError, StorePlan, rows_within_budget
+
+PARTS = ".parts-"
+
+
+def _parts_dir(store_dir: str, key: Dict[str, Any]) -> Path:
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+    return Path(store_dir) / f"{PARTS}{digest}"
+
+
+def tokenize_block(tokenizer, rows: List, max_seq_len: int, long_samples: str) -> Dict[str, np.ndarray]:
+    """A block's samples, flat, and per row: its pieces and the tokens cut off it."""
+    pieces, row_pieces, row_cut = [], [], []
+    for row in rows:
+        samples, cut = sample_pieces(tokenizer, row, max_seq_len, long_samples)
+        pieces += samples
+        row_pieces.append(len(samples))
+        row_cut.append(cut)
+    lengths = np.array([len(p) for p in pieces], np.int64)
+    flat = np.fromiter((t for p in pieces for t in p), np.int32, count=int(lengths.sum()))
+    return {"tokens": flat, "lengths": lengths, "row_pieces": np.array(row_pieces, np.int64),
+            "row_cut": np.array(row_cut, np.int64)}
+
+
+def _write_part(path: Path, block: Dict[str, np.ndarray]) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    with os.fdopen(fd, "wb") as f:
+        np.savez(f, **block)
+    os.replace(tmp, path)
+
+
+def _read_part(path: Path) -> Dict[str, np.ndarray]:
+    with np.load(path) as part:
+        return {k: part[k] for k in part.files}
+
+
+def _row_tokens(part: Dict[str, np.ndarray]) -> np.ndarray:
+    """Tokens of each row of a part (the sum of its pieces)."""
+    ends = np.cumsum(part["row_pieces"])
+    starts = ends - part["row_pieces"]
+    sums = np.concatenate([[0], np.cumsum(part["lengths"])])
+    return sums[ends] - sums[starts]
+
+
+def write_token_store(plan: StorePlan, tokenizer, key: Dict[str, Any], max_seq_len: int, samples_per_shard: int,
+                      rank: int = 0, world_size: int = 1,
+                      all_gather: Callable[[Any], List[Any]] = lambda x: [x],
+                      barrier: Callable[[], None] = lambda: None) -> Optional[List[str]]:
+    """Tokenize ``plan`` into its store; returns rank 0's log lines of what was stored (None elsewhere).
+
+    Raises:
+        CacheMismatchError: the store directory holds another store (before any work).
+        SourceError: a budget the rows cannot fill, or a selection that leaves no sample;
+            raised on every rank, before the store is written.
+    """
+    state = existing_store(plan.store_dir, "tokens", key, plan.description)
+    if state == "complete":
+        return [f"{plan.name}: {plan.store_dir} is complete already (the same source, selection and tokenizer)"]
+    parts = _parts_dir(plan.store_dir, key)
+    if rank == 0:
+        for stale in Path(plan.store_dir).glob(f"{PARTS}*"):
+            if stale != parts:
+                shutil.rmtree(stale)  # scratch of another config, never a store
+        parts.mkdir(parents=True, exist_ok=True)
+    barrier()
+
+    num_blocks, rows, tokens, budget_met = 0, 0, 0, False
+    blocks = plan.blocks(samples_per_shard)
+    while not budget_met:
+        round_blocks = list(islice(blocks, world_size))  # every process reads the same rounds
+        if not round_blocks:
+            break
+        mine: Tuple[int, int] = (0, 0)
+        if rank < len(round_blocks):
+            path = parts / f"block-{num_blocks + rank:06d}.npz"
+            if not path.exists():
+                _write_part(path, tokenize_block(tokenizer, round_blocks[rank](), max_seq_len, plan.long_samples))
+            part = _read_part(path)
+            mine = (len(part["row_pieces"]), int(part["lengths"].sum()))
+        for block_rows, block_tokens in all_gather(mine):
+            rows, tokens = rows + block_rows, tokens + block_tokens
+        num_blocks += len(round_blocks)
+        budget_met = ((plan.max_samples is not None and rows >= plan.max_samples)
+                      or (plan.max_tokens is not None and tokens >= plan.max_tokens))
+    if plan.max_tokens is not None and tokens < plan.max_tokens:
+        raise SourceError(f"{plan.name}: max_tokens={plan.max_tokens}, but the selected rows hold {tokens} tokens "
+                          f"({rows} rows): lower max_tokens, or choose a larger source")
+    if plan.max_samples is not None and rows < plan.max_samples:
+        raise SourceError(f"{plan.name}: max_samples={plan.max_samples}, but the selection leaves {rows} rows")
+    if rows == 0:
+        raise SourceError(f"{plan.name}: the selection leaves no sample")
+    barrier()  # every part is on disk
+    lines = _assemble(plan, key, parts, num_blocks, samples_per_shard) if rank == 0 else None
+    barrier()
+    return lines
+
+
+def _samples(parts: Path, num_blocks: int, num_rows: int) -> Iterator[np.ndarray]:
+    """The samples of the first ``num_rows`` rows of the parts, in order, one part in memory at a time."""
+    left = num_rows
+    for b in range(num_blocks):
+        part = _read_part(parts / f"block-{b:06d}.npz")
+        take = min(left, len(part["row_pieces"]))
+        ends = np.cumsum(part["lengths"][: int(part["row_pieces"][:take].sum())])
+        yield from (part["tokens"][end - n : end] for end, n in zip(ends.tolist(), part["lengths"].tolist()))
+        left -= take
+        if left == 0:
+            return
+
+
+def _assemble(plan: StorePlan, key: Dict[str, Any], parts: Path, num_blocks: int, samples_per_shard: int) -> List[str]:
+    """The store's shards from the parts, up to the budget in whole rows; the parts removed after."""
+    row_tokens, row_pieces, row_cut = [], [], []
+    for b in range(num_blocks):
+        part = _read_part(parts / f"block-{b:06d}.npz")
+        row_tokens.append(_row_tokens(part))
+        row_pieces.append(part["row_pieces"])
+        row_cut.append(part["row_cut"])
+    row_tokens, row_pieces, row_cut = (np.concatenate(a) for a in (row_tokens, row_pieces, row_cut))
+    num_rows = rows_within_budget(row_tokens, plan.max_tokens, plan.max_samples)
+    if num_rows == 0:
+        raise SourceError(f"{plan.name}: max_tokens={plan.max_tokens} is fewer than the first selected row's "
+                          f"{row_tokens[0]} tokens: the selection leaves no sample")
+    num_samples = int(row_pieces[:num_rows].sum())
+    writer = SampleStoreWriter(plan.store_dir, "tokens", key, num_samples, samples_per_shard, create=True,
+                               source=plan.description)
+    pending = set(writer.pending_shards())
+    samples = _samples(parts, num_blocks, num_rows)
+    for shard in range(writer.num_shards):
+        values = list(islice(samples, len(writer.shard_samples(shard))))
+        if shard in pending:
+            writer.write_shard(shard, values, sample_table(values))
+    writer.finalize()
+    shutil.rmtree(parts)
+    split = row_pieces[:num_rows] > 1
+    cut = row_cut[:num_rows] > 0
+    lines = [
+        f"{plan.name}: {num_rows} rows, {num_samples} samples, {int(row_tokens[:num_rows].sum())} tokens"
+        + (f" (max_tokens {plan.max_tokens})" if plan.max_tokens is not None else "")
+        + (f" (max_samples {plan.max_samples})" if plan.max_samples is not None else ""),
+        f"{plan.name}: long samples ({plan.long_samples}): {int(split.sum())} rows longer than the store's max_seq_len "
+        f"split into {int(row_pieces[:num_rows][split].sum())} samples; {int(cut.sum())} rows cut, "
+        f"{int(row_cut[:num_rows].sum())} tokens dropped",
+        f"{plan.name}: token store complete at {plan.store_dir}",
+    ]
+    return lines
