@@ -32,6 +32,7 @@ training side is not deduplicated: that would need memory that grows with the co
 import hashlib
 import json
 import string
+from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
@@ -113,7 +114,7 @@ def render(row: Mapping[str, Any], entry: Mapping[str, Any], where: str) -> Opti
             keys = sorted(turn) if isinstance(turn, Mapping) else type(turn).__name__
             raise SourceError(f"{where}: turn {k} of {entry['conversation_column']!r} has {keys}, not {role_key!r} and "
                               f"{text_key!r} (conversation_style: {entry['conversation_style']}; the other style reads "
-                              f"{' and '.join(v for s, v in STYLES.items() if s != entry['conversation_style'])})")
+                              f"{' and '.join(repr(k) for s, v in STYLES.items() if s != entry['conversation_style'] for k in v)})")
         rendered.append((turn[role_key], turn[text_key] or ""))
     if entry["chat_template"]:
         return [(SHAREGPT_ROLES.get(role, role), text) for role, text in rendered]
@@ -242,7 +243,9 @@ def load_rows(entry: Mapping[str, Any], where: str):
             f"{where}: {describe_source(entry)} is not in this machine's Hugging Face cache, and "
             f"{offline}. On a machine with internet, fetch it with\n    {fetch_command(entry)}\n"
             f"(or python scripts/fetch_data.py <this config>), then copy its cache (HF_HOME, by default "
-            f"~/.cache/huggingface) here. datasets said: {e}") from None
+            f"~/.cache/huggingface) here"
+            + (" and read it with streaming: False (the cached copy is memory-mapped Arrow; streaming reads the Hub)"
+               if entry["streaming"] else "") + f". datasets said: {e}") from None
     except ValueError as e:  # datasets names a wrong split or config name this way
         raise SourceError(f"{where}: {entry['source']}: {e}") from None
     if entry["streaming"]:
@@ -322,7 +325,7 @@ def plan_source(name: str, entry: Mapping[str, Any]) -> List[StorePlan]:
     if entry["streaming"]:
         return _plan_stream(name, entry, rows, description)
     needed = rows.select_columns(columns_read(entry))
-    candidates, hashes, skipped = [], [], 0
+    candidates, hashes, skipped = array("q"), array("Q"), 0  # 8 bytes a row: millions of rows fit
     for i, row in enumerate(needed):
         sample = render(row, entry, f"{where}: row {i}")
         if sample is None:
@@ -333,8 +336,8 @@ def plan_source(name: str, entry: Mapping[str, Any]) -> List[StorePlan]:
     if not candidates:
         raise SourceError(f"{where}: none of the {len(needed)} rows of {entry['source']} has a non-empty "
                           f"{' / '.join(columns_read(entry))}")
-    selection = select(np.array(hashes, dtype=np.uint64), entry["seed"], entry["validation_size"])
-    candidates = np.asarray(candidates)
+    selection = select(np.frombuffer(hashes, dtype=np.uint64), entry["seed"], entry["validation_size"])
+    candidates = np.frombuffer(candidates, dtype=np.int64)
     notes = [f"{where}: {describe_source(entry)}: {len(needed)} rows, {skipped} null or empty skipped, "
              f"{selection.duplicates} exact duplicates removed, {len(selection.validation)} held out for validation"]
 

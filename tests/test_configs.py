@@ -116,6 +116,7 @@ def made_by(commands: list) -> set:
         overrides = dict(a.split("=", 1) for a in args if "=" in a)
         if "tokenize_corpus.py" in command:
             stores |= {c.store_dir for c in cfg.corpora.values()}
+            stores |= {c.validation_store_dir for c in cfg.corpora.values() if c.get("validation_store_dir")}
         elif "precompute_entropy.py" in command:
             stores.add(overrides.get("cache_dir", cfg.cache_dir))
     return stores
@@ -178,3 +179,74 @@ def test_every_training_config_has_every_key_the_recipes_read(path):
     problems += schemas.check_rules(cfg, schemas.TRAINING_RULES, problems)
     # What the header's commands (or a download) make is not there yet in a fresh checkout.
     assert [p for p in problems if "holds no store" not in p and "holds no Hugging Face checkpoint" not in p] == []
+
+
+TOKENIZE_CONFIGS = sorted((REPO / "configs").glob("*/*tokenize.yaml"))
+
+
+@pytest.mark.parametrize("path", TOKENIZE_CONFIGS, ids=lambda p: p.relative_to(REPO / "configs").as_posix())
+def test_every_tokenize_config_has_every_key_the_recipe_reads(path):
+    from entrodrop import schemas
+    from entrodrop.config_check import check_config
+
+    cfg = OmegaConf.load(path)
+    problems = check_config(cfg, schemas.TOKENIZE, renamed=schemas.RENAMED)
+    assert problems + schemas.check_rules(cfg, schemas.TOKENIZE_RULES, problems) == []
+
+
+def hub_copies(root: Path) -> dict:
+    """Small local parquet copies of the paper's three datasets, with their real columns and nesting."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    lines = [line for line in (REPO / "entrodrop" / "sources.py").read_text().splitlines() if line.strip()]
+    numina = [{"source": "synthetic", "problem": f"Problem {i}: {lines[i]}", "solution": " ".join(lines[i : i + 9]),
+               "messages": [{"role": "user", "content": lines[i]}, {"role": "assistant", "content": lines[i + 1]}]}
+              for i in range(120)]
+    coder = [{"question": lines[i], "seed_question": lines[i + 1], "seed_source": "codeforces",
+              "response": " ".join(lines[i : i + 30]), "code": lines[i + 2]} for i in range(120)]
+    infinity = [{"id": str(i), "conversations": [{"from": "human", "value": lines[i]}, {"from": "gpt", "value": lines[i + 3]}],
+                 "label": {"cate_ability_en": ["x"]}, "langdetect": "en", "source": "s"} for i in range(200)]
+    files = {}
+    for name, rows in (("AI-MO/NuminaMath-CoT", numina), ("microsoft/rStar-Coder", coder), ("BAAI/Infinity-Instruct", infinity)):
+        files[name] = root / f"{name.split('/')[1]}.parquet"
+        pq.write_table(pa.Table.from_pylist(rows), files[name])
+    return files
+
+
+def test_the_paper_tokenize_configs_run_from_their_headers_on_local_copies(tiny_assets, tune_run, tmp_path):
+    """Each model's math and code tokenize config, as its header runs it, with the hub sources
+    replaced by local copies of the same columns (and the tiny tokenizer, small budgets): the
+    stores are written, and the general store the math setting wrote is kept by the code one."""
+    from entrodrop.sample_store import SampleStore
+
+    files = hub_copies(tmp_path)
+    tiny = tiny_assets / "qwen3"
+    for model in ("qwen3/0.6B", "qwen3/1.7B", "llama3_1/8B_instruct"):
+        out = tmp_path / model.replace("/", "_")
+        for setting in ("", "_code"):
+            path = REPO / "configs" / f"{model}{setting}_tokenize.yaml"
+            cfg = OmegaConf.load(path)
+            [command] = [c for c in header_commands(path) if "tokenize_corpus.py" in c and "nproc" not in c]
+            overrides = [f"tokenizer._component_=entrodrop.models.qwen3.qwen3_tokenizer", f"tokenizer.path={tiny}/vocab.json",
+                         f"tokenizer.merges_file={tiny}/merges.txt", f"tokenizer.special_tokens_path={tiny}/tokenizer.json",
+                         "max_seq_len=64", "samples_per_shard=32"]
+            for name, entry in cfg.corpora.items():
+                overrides += [f"corpora.{name}.source=parquet", f"corpora.{name}.name=null",
+                              f"corpora.{name}.data_files={files[entry.source]}",
+                              f"corpora.{name}.store_dir={out}/{Path(entry.store_dir).name}",
+                              f"corpora.{name}.max_tokens={2000 if name == 'target' else 5000}"]
+                if entry.validation_size is not None:
+                    overrides += [f"corpora.{name}.validation_size=10",
+                                  f"corpora.{name}.validation_store_dir={out}/{Path(entry.validation_store_dir).name}"]
+            result = tune_run(*shlex.split(command)[2:], *overrides)
+            assert result.returncode == 0, (path, result.stderr[-3000:])
+            for name, entry in cfg.corpora.items():
+                manifest = json.loads((out / Path(entry.store_dir).name / "manifest.json").read_text())
+                assert manifest["complete"] and manifest["source"]["source"] == "parquet"
+                assert manifest["num_tokens"] <= (2000 if name == "target" else 5000)
+                if entry.validation_store_dir is not None:
+                    held_out = SampleStore(str(out / Path(entry.validation_store_dir).name), "tokens")
+                    assert held_out.manifest["source"]["role"] == "validation" and len(held_out) >= 10
+            if setting == "_code":
+                assert "general is complete already" in result.stderr
