@@ -301,7 +301,7 @@ def _source_rules(entry, prefix: str) -> List[str]:
     problems = []
     renderings = [k for k in ("column", "template", "conversation_column") if entry[k] is not None]
     if len(renderings) != 1:
-        problems.append(f"{prefix}: set exactly one of column, template, conversation_column (how a row becomes a "
+        problems.append(f"{prefix[:-1]}: set exactly one of column, template, conversation_column (how a row becomes a "
                         f"sample), not {renderings or 'none'}")
     if entry["template"] is not None:
         try:
@@ -312,9 +312,9 @@ def _source_rules(entry, prefix: str) -> List[str]:
     if entry["chat_template"] and entry["conversation_column"] is None:
         problems.append(f"{prefix}chat_template=True renders turns: it needs conversation_column")
     if entry["max_tokens"] is not None and entry["max_samples"] is not None:
-        problems.append(f"{prefix}: max_tokens and max_samples are both set: choose one budget")
+        problems.append(f"{prefix[:-1]}: max_tokens and max_samples are both set: choose one budget")
     if (entry["validation_size"] is None) != (entry["validation_store_dir"] is None):
-        problems.append(f"{prefix}: validation_size and validation_store_dir go together (both set, or both null)")
+        problems.append(f"{prefix[:-1]}: validation_size and validation_store_dir go together (both set, or both null)")
     if entry["streaming"] and isinstance(entry["validation_size"], float):
         problems.append(f"{prefix}validation_size={entry['validation_size']}: a streamed source has no known size; "
                         "hold out a count of rows")

@@ -29,8 +29,10 @@ order, with ``datasets``' buffered shuffle; its validation rows are the first
 training side is not deduplicated: that would need memory that grows with the corpus.
 """
 
+import glob
 import hashlib
 import json
+import math
 import string
 from array import array
 from dataclasses import dataclass, field
@@ -72,7 +74,7 @@ def columns_read(entry: Mapping[str, Any]) -> List[str]:
     if entry["column"]:
         return [entry["column"]]
     if entry["template"]:
-        return template_fields(entry["template"])
+        return list(dict.fromkeys(template_fields(entry["template"])))  # a field may appear twice
     return [entry["conversation_column"]]
 
 
@@ -110,12 +112,13 @@ def render(row: Mapping[str, Any], entry: Mapping[str, Any], where: str) -> Opti
         raise SourceError(f"{where}: {entry['conversation_column']!r} holds {type(turns).__name__}, not a list of turns")
     rendered = []
     for k, turn in enumerate(turns):
-        if not isinstance(turn, Mapping) or role_key not in turn or text_key not in turn:
-            keys = sorted(turn) if isinstance(turn, Mapping) else type(turn).__name__
+        # Arrow gives a turn the keys of every turn of the column: a key it lacks is None there.
+        if not isinstance(turn, Mapping) or turn.get(role_key) is None or turn.get(text_key) is None:
+            keys = sorted(k for k, v in turn.items() if v is not None) if isinstance(turn, Mapping) else type(turn).__name__
             raise SourceError(f"{where}: turn {k} of {entry['conversation_column']!r} has {keys}, not {role_key!r} and "
                               f"{text_key!r} (conversation_style: {entry['conversation_style']}; the other style reads "
                               f"{' and '.join(repr(k) for s, v in STYLES.items() if s != entry['conversation_style'] for k in v)})")
-        rendered.append((turn[role_key], turn[text_key] or ""))
+        rendered.append((turn[role_key], turn[text_key]))
     if entry["chat_template"]:
         return [(SHAREGPT_ROLES.get(role, role), text) for role, text in rendered]
     return "\n\n".join(text for _, text in rendered)
@@ -131,17 +134,17 @@ def sample_hash(sample: Rendered) -> int:
 
 
 def validation_count(validation_size: Union[None, int, float], num_rows: int) -> int:
-    """Rows to hold out: a float is a fraction of ``num_rows``, an int a count (as
-    ``Dataset.train_test_split``'s ``test_size``).
+    """Rows to hold out: a float is a fraction of ``num_rows``, rounded up, an int a count (as
+    ``Dataset.train_test_split`` reads ``test_size``).
 
     Example:
-        >>> validation_count(0.1, 95), validation_count(7, 95), validation_count(None, 95)
-        (10, 7, 0)
+        >>> validation_count(0.1, 95), validation_count(0.25, 10), validation_count(7, 95), validation_count(None, 95)
+        (10, 3, 7, 0)
     """
     if validation_size is None:
         return 0
     if isinstance(validation_size, float):
-        return int(round(validation_size * num_rows))
+        return math.ceil(validation_size * num_rows)
     return validation_size
 
 
@@ -163,7 +166,7 @@ def select(hashes: np.ndarray, seed: int, validation_size: Union[None, int, floa
     validation rows, the rest the training rows. So no text is on both sides.
 
     Raises:
-        SourceError: the held-out rows would be none, or leave no training row.
+        SourceError: the held-out rows would leave no training row.
 
     Example:
         >>> s = select(np.array([5, 7, 5, 9, 11], dtype=np.uint64), seed=0, validation_size=1)
@@ -174,8 +177,6 @@ def select(hashes: np.ndarray, seed: int, validation_size: Union[None, int, floa
     kept = np.sort(first)
     order = kept[np.random.default_rng(seed).permutation(len(kept))]
     n = validation_count(validation_size, len(kept))
-    if validation_size is not None and n < 1:
-        raise SourceError(f"validation_size={validation_size} of {len(kept)} distinct rows is no row")
     if n >= len(kept):
         raise SourceError(f"validation_size={validation_size} holds out {n} rows, but the source has {len(kept)} "
                           f"distinct non-empty rows: none would be left to train on")
@@ -263,9 +264,18 @@ def data_file_paths(data_files: Any) -> List[str]:
         data_files = [p for v in data_files.values() for p in ([v] if isinstance(v, str) else v)]
     paths = []
     for pattern in data_files:
-        matches = sorted(str(p) for p in Path().glob(pattern)) if any(c in pattern for c in "*?[") else [pattern]
+        matches = sorted(glob.glob(pattern)) if any(c in pattern for c in "*?[") else [pattern]
         paths += matches or [pattern]
     return paths
+
+
+def _file_names(data_files: Any) -> Any:
+    """``data_files`` with each path cut to its file name."""
+    if isinstance(data_files, str):
+        return Path(data_files).name
+    if isinstance(data_files, Mapping):
+        return {k: _file_names(v) for k, v in data_files.items()}
+    return [_file_names(p) for p in data_files]
 
 
 def column_names(rows) -> List[str]:
@@ -319,9 +329,11 @@ def plan_source(name: str, entry: Mapping[str, Any]) -> List[StorePlan]:
     where = f"corpora.{name}"
     rows = load_rows(entry, where)
     check_columns(column_names(rows), entry, where)
-    description = {k: entry[k] for k in ("source", "name", "split", "data_files", "revision", "streaming", "column",
-                                         "template", "conversation_column", "conversation_style", "chat_template",
-                                         "seed", "max_tokens", "max_samples", "validation_size", "long_samples")}
+    description = {k: entry[k] for k in ("source", "name", "split", "revision", "streaming", "column", "template",
+                                         "conversation_column", "conversation_style", "chat_template", "seed",
+                                         "max_tokens", "max_samples", "validation_size", "long_samples")}
+    # Local files by name: their content is fingerprinted ("data"), so a moved copy is the same source.
+    description["data_files"] = _file_names(entry["data_files"]) if entry["source"] in LOCAL_BUILDERS else entry["data_files"]
     if entry["streaming"]:
         return _plan_stream(name, entry, rows, description)
     needed = rows.select_columns(columns_read(entry))
@@ -336,7 +348,10 @@ def plan_source(name: str, entry: Mapping[str, Any]) -> List[StorePlan]:
     if not candidates:
         raise SourceError(f"{where}: none of the {len(needed)} rows of {entry['source']} has a non-empty "
                           f"{' / '.join(columns_read(entry))}")
-    selection = select(np.frombuffer(hashes, dtype=np.uint64), entry["seed"], entry["validation_size"])
+    try:
+        selection = select(np.frombuffer(hashes, dtype=np.uint64), entry["seed"], entry["validation_size"])
+    except SourceError as e:
+        raise SourceError(f"{where}.{e}") from None
     candidates = np.frombuffer(candidates, dtype=np.int64)
     notes = [f"{where}: {describe_source(entry)}: {len(needed)} rows, {skipped} null or empty skipped, "
              f"{selection.duplicates} exact duplicates removed, {len(selection.validation)} held out for validation"]

@@ -81,12 +81,12 @@ def write_token_store(plan: StorePlan, tokenizer, key: Dict[str, Any], max_seq_l
     Raises:
         CacheMismatchError: the store directory holds another store (before any work).
         SourceError: a budget the rows cannot fill, or a selection that leaves no sample;
-            raised on every rank, before the store is written.
+            raised on every rank, before the store is written, its scratch removed.
     """
     state = existing_store(plan.store_dir, "tokens", key, plan.description)
     if state == "complete":
         return [f"{plan.name}: {plan.store_dir} is complete already (the same source, selection and tokenizer)"]
-    parts = _parts_dir(plan.store_dir, key)
+    parts = _parts_dir(plan.store_dir, {**key, "samples_per_shard": samples_per_shard})  # blocks are that many rows
     if rank == 0:
         for stale in Path(plan.store_dir).glob(f"{PARTS}*"):
             if stale != parts:
@@ -94,31 +94,41 @@ def write_token_store(plan: StorePlan, tokenizer, key: Dict[str, Any], max_seq_l
         parts.mkdir(parents=True, exist_ok=True)
     barrier()
 
-    num_blocks, rows, tokens, budget_met = 0, 0, 0, False
+    num_blocks, rows, tokens, first_row, budget_met = 0, 0, 0, None, False
     blocks = plan.blocks(samples_per_shard)
     while not budget_met:
         round_blocks = list(islice(blocks, world_size))  # every process reads the same rounds
         if not round_blocks:
             break
-        mine: Tuple[int, int] = (0, 0)
+        mine: Tuple[int, int, int] = (0, 0, 0)  # rows, tokens, the first row's tokens
         if rank < len(round_blocks):
             path = parts / f"block-{num_blocks + rank:06d}.npz"
             if not path.exists():
                 _write_part(path, tokenize_block(tokenizer, round_blocks[rank](), max_seq_len, plan.long_samples))
             part = _read_part(path)
-            mine = (len(part["row_pieces"]), int(part["lengths"].sum()))
-        for block_rows, block_tokens in all_gather(mine):
+            mine = (len(part["row_pieces"]), int(part["lengths"].sum()), int(_row_tokens(part)[:1].sum()))
+        for block_rows, block_tokens, block_first_row in all_gather(mine):
+            first_row = block_first_row if first_row is None else first_row
             rows, tokens = rows + block_rows, tokens + block_tokens
         num_blocks += len(round_blocks)
         budget_met = ((plan.max_samples is not None and rows >= plan.max_samples)
                       or (plan.max_tokens is not None and tokens >= plan.max_tokens))
-    if plan.max_tokens is not None and tokens < plan.max_tokens:
-        raise SourceError(f"{plan.name}: max_tokens={plan.max_tokens}, but the selected rows hold {tokens} tokens "
-                          f"({rows} rows): lower max_tokens, or choose a larger source")
-    if plan.max_samples is not None and rows < plan.max_samples:
-        raise SourceError(f"{plan.name}: max_samples={plan.max_samples}, but the selection leaves {rows} rows")
+    problem = None
     if rows == 0:
-        raise SourceError(f"{plan.name}: the selection leaves no sample")
+        problem = "the selection leaves no sample"
+    elif plan.max_tokens is not None and tokens < plan.max_tokens:
+        problem = (f"max_tokens={plan.max_tokens}, but the selected rows hold {tokens} tokens ({rows} rows): lower "
+                   "max_tokens, or choose a larger source")
+    elif plan.max_tokens is not None and first_row > plan.max_tokens:
+        problem = (f"max_tokens={plan.max_tokens} is fewer than the first selected row's {first_row} tokens: the "
+                   "selection leaves no sample")
+    elif plan.max_samples is not None and rows < plan.max_samples:
+        problem = f"max_samples={plan.max_samples}, but the selection leaves {rows} rows"
+    if problem:  # every rank knows: all raise, and the scratch goes (its key names this budget)
+        barrier()
+        if rank == 0:
+            shutil.rmtree(parts)
+        raise SourceError(f"{plan.name}: {problem}")
     barrier()  # every part is on disk
     lines = _assemble(plan, key, parts, num_blocks, samples_per_shard) if rank == 0 else None
     barrier()
@@ -148,9 +158,6 @@ def _assemble(plan: StorePlan, key: Dict[str, Any], parts: Path, num_blocks: int
         row_cut.append(part["row_cut"])
     row_tokens, row_pieces, row_cut = (np.concatenate(a) for a in (row_tokens, row_pieces, row_cut))
     num_rows = rows_within_budget(row_tokens, plan.max_tokens, plan.max_samples)
-    if num_rows == 0:
-        raise SourceError(f"{plan.name}: max_tokens={plan.max_tokens} is fewer than the first selected row's "
-                          f"{row_tokens[0]} tokens: the selection leaves no sample")
     num_samples = int(row_pieces[:num_rows].sum())
     writer = SampleStoreWriter(plan.store_dir, "tokens", key, num_samples, samples_per_shard, create=True,
                                source=plan.description)
