@@ -128,6 +128,8 @@ def write_token_store(plan: StorePlan, tokenizer, key: Dict[str, Any], max_seq_l
         barrier()
         if rank == 0:
             shutil.rmtree(parts)
+            if not any(Path(plan.store_dir).iterdir()):
+                Path(plan.store_dir).rmdir()  # made for the scratch alone
         raise SourceError(f"{plan.name}: {problem}")
     barrier()  # every part is on disk
     lines = _assemble(plan, key, parts, num_blocks, samples_per_shard) if rank == 0 else None

@@ -249,10 +249,10 @@ def tree(root: Path) -> Dict[str, bytes]:
 
 
 def nothing_written(*store_dirs: Path) -> None:
-    """No store in these directories: they do not exist, or hold only the scratch parts of the
-    rows tokenized before a budget error (``.parts-*``: no manifest, no shard)."""
+    """Nothing left in these directories, not even the scratch of the rows tokenized before a
+    budget error: they do not exist."""
     for d in store_dirs:
-        assert not d.exists() or [p.name for p in d.iterdir() if not p.name.startswith(".parts-")] == [], d
+        assert not d.exists(), (d, sorted(p.name for p in d.iterdir()))
 
 
 # ---------------------------------------------------------------------------- 1, 2: kinds, renderings, order
