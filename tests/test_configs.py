@@ -215,16 +215,26 @@ def hub_copies(root: Path) -> dict:
 
 
 def test_the_paper_tokenize_configs_run_from_their_headers_on_local_copies(tiny_assets, tune_run, tmp_path):
-    """Each model's math and code tokenize config, as its header runs it, with the hub sources
-    replaced by local copies of the same columns (and the tiny tokenizer, small budgets): the
-    stores are written, and the general store the math setting wrote is kept by the code one."""
+    """Each model's math tokenize config and Qwen3-0.6B's code one, as their headers run them,
+    with the hub sources replaced by local copies of the same columns (and the tiny tokenizer,
+    small budgets): the stores are written, and the general store the math setting wrote is kept
+    by the code one. The other models' code configs read what Qwen3-0.6B's does."""
     from entrodrop.sample_store import SampleStore
 
+    def sources(path: Path) -> dict:
+        corpora = OmegaConf.to_container(OmegaConf.load(path).corpora)
+        return {name: {k: v for k, v in entry.items() if not k.endswith("store_dir") and k != "max_tokens"}
+                for name, entry in corpora.items()}
+
+    for model in ("qwen3/1.7B", "llama3_1/8B_instruct"):
+        for setting in ("", "_code"):
+            assert sources(REPO / f"configs/{model}{setting}_tokenize.yaml") == sources(
+                REPO / f"configs/qwen3/0.6B{setting}_tokenize.yaml")
     files = hub_copies(tmp_path)
     tiny = tiny_assets / "qwen3"
-    for model in ("qwen3/0.6B", "qwen3/1.7B", "llama3_1/8B_instruct"):
+    for model, settings in (("qwen3/0.6B", ("", "_code")), ("qwen3/1.7B", ("",)), ("llama3_1/8B_instruct", ("",))):
         out = tmp_path / model.replace("/", "_")
-        for setting in ("", "_code"):
+        for setting in settings:
             path = REPO / "configs" / f"{model}{setting}_tokenize.yaml"
             cfg = OmegaConf.load(path)
             [command] = [c for c in header_commands(path) if "tokenize_corpus.py" in c and "nproc" not in c]
