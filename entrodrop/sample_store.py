@@ -112,25 +112,33 @@ def source_differences(old: Optional[Dict[str, Any]], new: Optional[Dict[str, An
             for k in sorted(set(old) | set(new)) if old.get(k, "<absent>") != new.get(k, "<absent>")]
 
 
-def existing_store(store_dir: str, kind: str, key: Dict[str, Any], source: Optional[Dict[str, Any]] = None) -> str:
-    """What ``store_dir`` holds for a store of ``key``: ``none`` (nothing yet), ``partial`` (the
-    same store, unfinished) or ``complete``. Checked before any work, so a directory that holds
-    another store is refused before anything is computed for it.
+def _refuse_other_store(store_dir: Path, old: Dict[str, Any], expected: Dict[str, Any]) -> None:
+    """Raise if the manifest ``old`` is not of the store ``expected`` describes (a manifest, or the
+    part of one known so far): each differing field named, and the recorded sources' fields."""
+    problems = [f"{f}: store has {old[f]}, now {expected[f]}" for f in ("kind", "num_samples", "samples_per_shard")
+                if f in expected and old[f] != expected[f]]
+    problems += [f"{f}: store has {old['key'][f]}, now {expected['key'][f]}" for f in KEY_FIELDS
+                 if old["key"][f] != expected["key"][f]]
+    if problems:
+        problems += source_differences(old.get("source"), expected.get("source"))
+    _raise_if(problems, f"{store_dir} already holds another {KINDS[old['kind']][0]} (delete it or choose another "
+              "directory)")
+
+
+def store_complete(store_dir: str, kind: str, key: Dict[str, Any], source: Optional[Dict[str, Any]] = None) -> bool:
+    """Whether ``store_dir`` holds this store complete (False: nothing yet, or the same store
+    unfinished). Checked before any work, so a directory that holds another store is refused
+    before anything is computed for it.
 
     Raises:
         CacheMismatchError: ``store_dir`` holds a store of something else (named field by field).
     """
     manifest_path = Path(store_dir) / MANIFEST
     if not manifest_path.exists():
-        return "none"
+        return False
     old = json.loads(manifest_path.read_text())
-    problems = [f"kind: store has {old['kind']}, now {kind}"] if old["kind"] != kind else []
-    problems += [f"{f}: store has {old['key'][f]}, now {key[f]}" for f in KEY_FIELDS if old["key"][f] != key[f]]
-    if problems:
-        problems += source_differences(old.get("source"), source)
-    _raise_if(problems, f"{store_dir} already holds another {KINDS[old['kind']][0]} (delete it or choose another "
-              "directory)")
-    return "complete" if old["complete"] else "partial"
+    _refuse_other_store(Path(store_dir), old, {"kind": kind, "key": key, "source": source})
+    return old["complete"]
 
 
 def entropy_cache_key(tokens: "SampleStore", checkpoint_dir: str, weight_files: Sequence[str]) -> Dict[str, Any]:
@@ -227,21 +235,7 @@ class SampleStoreWriter:
         self.num_shards = max(1, -(-num_samples // samples_per_shard))
         manifest_path = self.dir / MANIFEST
         if manifest_path.exists():
-            old = json.loads(manifest_path.read_text())
-            new = self._manifest(complete=old["complete"])
-            problems = [
-                f"{field}: store has {old[field]}, now {new[field]}"
-                for field in ("kind", "num_samples", "samples_per_shard")
-                if old[field] != new[field]
-            ] + [
-                f"{field}: store has {old['key'][field]}, now {key[field]}"
-                for field in KEY_FIELDS
-                if old["key"][field] != key[field]
-            ]
-            if problems:
-                problems += source_differences(old.get("source"), source)
-            _raise_if(problems, f"{self.dir} already holds another {KINDS[old['kind']][0]} "
-                      "(delete it or choose another directory)")
+            _refuse_other_store(self.dir, json.loads(manifest_path.read_text()), self._manifest(complete=False))
         elif create:
             self.dir.mkdir(parents=True, exist_ok=True)
             _write_json_atomic(manifest_path, self._manifest(complete=False))

@@ -284,16 +284,12 @@ SOURCE_CORPUS = {
     "seed": integer(minimum=0),
     "max_tokens": optional(integer(minimum=1)),
     "max_samples": optional(integer(minimum=1)),
-    "validation_size": optional(lambda v: None if (isinstance(v, float) and 0 < v < 1) or (_whole(v) and v >= 1)
+    "validation_size": optional(lambda v: None if (isinstance(v, float) and 0 < v < 1) or not integer(minimum=1)(v)
                                 else "must be a fraction in (0, 1) or a count of rows >= 1"),
     "validation_store_dir": optional(string()),
     "long_samples": one_of(*LONG_SAMPLES),
     "store_dir": string(),
 }
-
-
-def _whole(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _source_rules(entry, prefix: str) -> List[str]:

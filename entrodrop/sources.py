@@ -380,7 +380,7 @@ def _plan_stream(name: str, entry: Mapping[str, Any], rows, description: dict) -
     def stream(role: str) -> Iterator[Rendered]:
         """The rows of one side, in stream order: the first ``held_out`` distinct non-empty rows
         are the validation side; the training side is every later row not among them."""
-        validation: Dict[int, None] = {}
+        validation = set()
         for i, row in enumerate(rows):
             sample = render(row, entry, f"{where}: row {i}")
             if sample is None:
@@ -388,7 +388,7 @@ def _plan_stream(name: str, entry: Mapping[str, Any], rows, description: dict) -
             h = sample_hash(sample)
             if len(validation) < held_out:
                 if h not in validation:
-                    validation[h] = None
+                    validation.add(h)
                     if role == "validation":
                         yield sample
                 continue

@@ -27,7 +27,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 from entrodrop.corpus import sample_pieces
-from entrodrop.sample_store import SampleStoreWriter, existing_store, sample_table
+from entrodrop.sample_store import SampleStoreWriter, sample_table, store_complete
 from entrodrop.sources import SourceError, StorePlan, rows_within_budget
 
 PARTS = ".parts-"
@@ -59,9 +59,11 @@ def _write_part(path: Path, block: Dict[str, np.ndarray]) -> None:
     os.replace(tmp, path)
 
 
-def _read_part(path: Path) -> Dict[str, np.ndarray]:
+def _read_part(path: Path, *keys: str) -> Dict[str, np.ndarray]:
+    """A part's arrays, or only ``keys`` (an ``.npz`` reads each array alone: the row counts of
+    a part are read without its tokens)."""
     with np.load(path) as part:
-        return {k: part[k] for k in part.files}
+        return {k: part[k] for k in keys or part.files}
 
 
 def _row_tokens(part: Dict[str, np.ndarray]) -> np.ndarray:
@@ -83,8 +85,7 @@ def write_token_store(plan: StorePlan, tokenizer, key: Dict[str, Any], max_seq_l
         SourceError: a budget the rows cannot fill, or a selection that leaves no sample;
             raised on every rank, before the store is written, its scratch removed.
     """
-    state = existing_store(plan.store_dir, "tokens", key, plan.description)
-    if state == "complete":
+    if store_complete(plan.store_dir, "tokens", key, plan.description):
         return [f"{plan.name}: {plan.store_dir} is complete already (the same source, selection and tokenizer)"]
     parts = _parts_dir(plan.store_dir, {**key, "samples_per_shard": samples_per_shard})  # blocks are that many rows
     if rank == 0:
@@ -103,9 +104,11 @@ def write_token_store(plan: StorePlan, tokenizer, key: Dict[str, Any], max_seq_l
         mine: Tuple[int, int, int] = (0, 0, 0)  # rows, tokens, the first row's tokens
         if rank < len(round_blocks):
             path = parts / f"block-{num_blocks + rank:06d}.npz"
-            if not path.exists():
-                _write_part(path, tokenize_block(tokenizer, round_blocks[rank](), max_seq_len, plan.long_samples))
-            part = _read_part(path)
+            if path.exists():  # tokenized by a run that was killed
+                part = _read_part(path, "lengths", "row_pieces")
+            else:
+                part = tokenize_block(tokenizer, round_blocks[rank](), max_seq_len, plan.long_samples)
+                _write_part(path, part)
             mine = (len(part["row_pieces"]), int(part["lengths"].sum()), int(_row_tokens(part)[:1].sum()))
         for block_rows, block_tokens, block_first_row in all_gather(mine):
             first_row = block_first_row if first_row is None else first_row
@@ -154,7 +157,7 @@ def _assemble(plan: StorePlan, key: Dict[str, Any], parts: Path, num_blocks: int
     """The store's shards from the parts, up to the budget in whole rows; the parts removed after."""
     row_tokens, row_pieces, row_cut = [], [], []
     for b in range(num_blocks):
-        part = _read_part(parts / f"block-{b:06d}.npz")
+        part = _read_part(parts / f"block-{b:06d}.npz", "lengths", "row_pieces", "row_cut")
         row_tokens.append(_row_tokens(part))
         row_pieces.append(part["row_pieces"])
         row_cut.append(part["row_cut"])

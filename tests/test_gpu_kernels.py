@@ -4,6 +4,7 @@ device, flex attention against the dense block-causal mask, compiled decode agai
 decode and transformers' ``generate``, and the packed, compiled bf16 entropy precompute against
 fp32."""
 
+import copy
 import math
 
 import numpy as np
@@ -181,8 +182,6 @@ def tiny(tiny_assets, make_tiny_assets, tmp_path_factory):
 
 def copy_to(model: nn.Module, device: torch.device, dtype: torch.dtype) -> nn.Module:
     """A copy of ``model`` on ``device`` with ``dtype`` parameters (buffers keep theirs)."""
-    import copy
-
     model = copy.deepcopy(model).to(device)
     for p in model.parameters():
         p.data = p.data.to(dtype)
