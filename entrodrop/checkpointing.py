@@ -12,11 +12,12 @@ import json
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torchtune.models import convert_weights
 
@@ -33,6 +34,8 @@ PROGRESS_FNAME = "progress.json"
 # Weight files are rewritten on save; every other file of the source directory
 # (config.json, tokenizer files, generation_config.json...) is copied along.
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+# safetensors refuses a longer header; a larger "length" is not one (the file is not safetensors).
+_MAX_HEADER_BYTES = 100_000_000
 
 
 def _attention_shape(config: dict) -> dict:
@@ -80,6 +83,80 @@ def find_weight_files(checkpoint_dir: Path) -> List[str]:
     )
 
 
+class CheckpointError(ValueError):
+    """A weight file that is not a whole safetensors file; the message names it and the fix."""
+
+
+def safetensors_problem(path: Path) -> Optional[str]:
+    """Why ``path`` is not a whole safetensors file (``"truncated (...)"``, ``"empty"``...), or None.
+
+    safetensors' own error for a file cut short ("incomplete metadata, file not fully covered")
+    names no file. A safetensors file is an 8-byte little-endian header length, a JSON header,
+    and tensor data that its ``data_offsets`` cover exactly, so the file size and the header
+    alone tell a whole file from a cut one, before any tensor is read.
+    """
+    size = Path(path).stat().st_size
+    if size == 0:
+        return "empty (0 bytes)"
+    with open(path, "rb") as f:
+        head = f.read(8)
+        length = int.from_bytes(head, "little")
+        if len(head) < 8:
+            return f"too short to be a safetensors file ({size} bytes)"
+        if length > _MAX_HEADER_BYTES:
+            return f"not a safetensors file (its first 8 bytes are no header length)"
+        raw = f.read(length)  # kilobytes in a real checkpoint
+    if len(raw) < length:
+        if raw[:1] in (b"{", b""):
+            return f"truncated ({size:,} bytes, shorter than its {8 + length:,}-byte header)"
+        return f"not a safetensors file (its first 8 bytes are no header length)"
+    try:
+        header = json.loads(raw)
+        end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return "not a safetensors file (its header is not a JSON table of tensors)"
+    if size != 8 + length + end:
+        return f"{'truncated' if size < 8 + length + end else 'not a whole safetensors file'} " \
+               f"({size:,} bytes; its header describes {8 + length + end:,})"
+    return None
+
+
+def _is_run_checkpoint(checkpoint_dir: Path) -> bool:
+    """Whether a training run saved ``checkpoint_dir`` (it holds progress or training state)."""
+    return (checkpoint_dir / PROGRESS_FNAME).exists() or (checkpoint_dir / RECIPE_STATE_FNAME).exists()
+
+
+def _fix(checkpoint_dir: Path) -> str:
+    """What to do about a damaged weight file in ``checkpoint_dir``: a run's checkpoint was saved
+    whole (saves are atomic) and cut short since; a base model was cut short by its download."""
+    if _is_run_checkpoint(checkpoint_dir):
+        return (f"{checkpoint_dir} is a training checkpoint cut short after it was saved (a partial copy, a full "
+                f"disk): copy it again from where it was trained, or delete it and use another step_<N>")
+    return (f"{checkpoint_dir} is a downloaded model cut short (an interrupted download): delete it and download it "
+            f"again with `tune download <hub model id> --output-dir {checkpoint_dir}`")
+
+
+def damaged_weights(checkpoint_dir: Path, files: Optional[List[str]] = None) -> Optional[str]:
+    """The error for ``checkpoint_dir``'s damaged weight files (``files``, else ``find_weight_files``):
+    each named with what is wrong (``safetensors_problem``), then the fix; None when all are whole."""
+    checkpoint_dir = Path(checkpoint_dir)
+    damaged = [f"{checkpoint_dir / f} is {why}" for f in files or find_weight_files(checkpoint_dir)
+               for why in [safetensors_problem(checkpoint_dir / f)] if why]
+    if not damaged:
+        return None
+    return f"damaged weight file{'s' * (len(damaged) > 1)}:\n  " + "\n  ".join(damaged) + f"\n{_fix(checkpoint_dir)}"
+
+
+@contextmanager
+def _named(path: Path) -> Iterator[None]:
+    """Re-raise safetensors' errors (which name no file) as a ``CheckpointError`` naming ``path``: for
+    damage that ``safetensors_problem``'s header check does not see."""
+    try:
+        yield
+    except SafetensorError as error:
+        raise CheckpointError(f"damaged weight file:\n  {path}: {error}\n{_fix(path.parent)}") from error
+
+
 class HFCheckpointer:
     """Loads a Hugging Face checkpoint directory into torchtune keys and saves it back.
 
@@ -94,6 +171,7 @@ class HFCheckpointer:
     Raises:
         ValueError: unknown ``model_type``, or ``output_dir`` inside ``checkpoint_dir``.
         FileNotFoundError: a missing ``config.json`` or weight file.
+        CheckpointError: a weight file that is damaged (truncated, or not safetensors).
     """
 
     def __init__(
@@ -126,18 +204,22 @@ class HFCheckpointer:
         missing = [f for f in self.weight_files if not (self._checkpoint_dir / f).exists()]
         if missing:
             raise FileNotFoundError(f"weight files missing from {checkpoint_dir}: {missing}")
+        damaged = damaged_weights(self._checkpoint_dir, self.weight_files)
+        if damaged:
+            raise CheckpointError(damaged)
         # Which file each Hugging Face key is in, so a save keeps the same split; read from
         # the files' headers here, as a resumed run saves through a checkpointer that never loaded.
         self._weight_map: Dict[str, str] = {}
         for fname in self.weight_files:
-            with safe_open(self._checkpoint_dir / fname, "pt") as f:
+            with _named(self._checkpoint_dir / fname), safe_open(self._checkpoint_dir / fname, "pt") as f:
                 self._weight_map.update({key: fname for key in f.keys()})
 
     def load_checkpoint(self) -> Dict[str, StateDict]:
         """Read every weight file and return ``{"model": state_dict}`` in torchtune keys."""
         merged: StateDict = {}
         for fname in self.weight_files:
-            merged.update(load_file(self._checkpoint_dir / fname))
+            with _named(self._checkpoint_dir / fname):
+                merged.update(load_file(self._checkpoint_dir / fname))
         return {"model": self._hf_to_tune(merged, self.config)}
 
     def save_checkpoint(self, state_dict: Dict[str, StateDict], name: str,

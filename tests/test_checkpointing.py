@@ -1,13 +1,15 @@
 """Bad checkpoints and configs fail with errors that name the problem; saves are atomic."""
 
 import json
+import os
+import shutil
 
 import pytest
 import torch
 from safetensors.torch import load_file
 from torchtune.models.llama3_1 import llama3_1
 
-from entrodrop.checkpointing import HFCheckpointer
+from entrodrop.checkpointing import CheckpointError, HFCheckpointer, safetensors_problem
 from entrodrop.models.hf_config import check_matches_checkpoint
 from entrodrop.models.qwen3 import qwen3
 
@@ -76,3 +78,52 @@ def test_save_replaces_an_existing_checkpoint(tiny_assets, tmp_path):
     saved = checkpointer.save_checkpoint(state, "latest")
     assert torch.equal(load_file(saved / "model.safetensors")["model.norm.weight"], state["model"]["norm.scale"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["latest"]
+
+
+def cut_in_half(path) -> None:
+    os.truncate(path, os.path.getsize(path) // 2)
+
+
+def test_the_header_check_tells_whole_safetensors_files_from_damaged_ones(tiny_assets, tmp_path):
+    whole = tiny_assets / "qwen3" / "model.safetensors"
+    size, header_length = whole.stat().st_size, int.from_bytes(whole.read_bytes()[:8], "little")
+    assert safetensors_problem(whole) is None
+    cases = {"half": whole.read_bytes()[:size // 2], "header_cut": whole.read_bytes()[:20], "empty": b"",
+             "longer": whole.read_bytes() + b"\0", "garbage": b"not weights at all, just some text\n" * 4,
+             "short": b"abc", "json_list": (2).to_bytes(8, "little") + b"[]"}
+    for name, data in cases.items():
+        (tmp_path / name).write_bytes(data)
+    found = {name: safetensors_problem(tmp_path / name) for name in cases}
+    assert found == {
+        "half": f"truncated ({size // 2:,} bytes; its header describes {size:,})",
+        "header_cut": f"truncated (20 bytes, shorter than its {8 + header_length:,}-byte header)",
+        "empty": "empty (0 bytes)",
+        "longer": f"not a whole safetensors file ({size + 1:,} bytes; its header describes {size:,})",
+        "garbage": "not a safetensors file (its first 8 bytes are no header length)",
+        "short": "too short to be a safetensors file (3 bytes)",
+        "json_list": "not a safetensors file (its header is not a JSON table of tensors)",
+    }
+
+
+def test_a_damaged_weight_file_is_named_with_its_fix(tiny_assets, tmp_path):
+    base = tmp_path / "base"
+    shutil.copytree(tiny_assets / "qwen3", base)
+    cut_in_half(base / "model.safetensors")
+    with pytest.raises(CheckpointError) as err:
+        HFCheckpointer(str(base), "QWEN3", str(tmp_path / "out"))
+    assert f"{base}/model.safetensors is truncated" in str(err.value)
+    assert f"delete it and download it again with `tune download <hub model id> --output-dir {base}`" in str(err.value)
+
+    # a run's checkpoint (it has progress.json) was saved whole: another fix
+    checkpointer = HFCheckpointer(str(tiny_assets / "qwen3"), "QWEN3", str(tmp_path / "run"))
+    saved = checkpointer.save_checkpoint(checkpointer.load_checkpoint(), "step_3", progress={"step": 3})
+    cut_in_half(saved / "model.safetensors")
+    with pytest.raises(CheckpointError, match=f"{saved}/model.safetensors is truncated.*\n{saved} is a training "
+                                              "checkpoint cut short.*delete it and use another step_<N>"):
+        HFCheckpointer(str(saved), "QWEN3", str(tmp_path / "x"))
+
+    # damage the header check cannot see (sizes agree, a dtype that is none) is named too
+    header = b'{"w":{"dtype":"Q7","shape":[1],"data_offsets":[0,4]}}'
+    (base / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header + b"\0" * 4)
+    with pytest.raises(CheckpointError, match=f"{base}/model.safetensors: .*\n{base} is a downloaded model"):
+        HFCheckpointer(str(base), "QWEN3", str(tmp_path / "out"))

@@ -367,6 +367,19 @@ def test_a_corrupted_token_store_stops_training_before_its_first_step(data, tune
     assert not (out / "checkpoints").exists() and not (out / "logs").exists()
 
 
+def test_a_truncated_base_checkpoint_is_named_before_training(tiny_assets, data, tune_run, tmp_path):
+    base = tmp_path / "base"
+    shutil.copytree(tiny_assets / "qwen3", base)
+    weights = base / "model.safetensors"
+    os.truncate(weights, weights.stat().st_size // 2)  # what an interrupted download leaves
+    out = tmp_path / "run"
+    result = tune_run(*train_args(SINGLE, data, out, f"checkpointer.checkpoint_dir={base}", *NO_EVAL))
+    assert result.returncode != 0
+    for line in (f"{weights} is truncated", f"download it again with `tune download <hub model id> --output-dir {base}`"):
+        assert line in result.stderr, (line, result.stderr[-3000:])
+    assert not (out / "checkpoints").exists() and not (out / "logs").exists()
+
+
 def test_a_diverging_loss_stops_the_run_and_keeps_the_last_checkpoint(data, tune_run, tmp_path):
     from entrodrop.checkpointing import HFCheckpointer
 
