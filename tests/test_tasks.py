@@ -14,6 +14,7 @@ from pathlib import Path
 
 import lm_eval
 import pytest
+import yaml
 from lm_eval.api.model import LM
 from lm_eval.tasks import TaskManager
 
@@ -22,9 +23,9 @@ from entrodrop.tasks.livecodebench import decode_tests, extract_code, pass_at_1,
 from entrodrop.tasks.math_answers import (
     boxed_answer,
     college_math_score,
+    equivalent,
     olympiadbench_prompt,
     olympiadbench_score,
-    same_answer,
     split_top_level,
     svamp_score,
 )
@@ -57,6 +58,13 @@ OLYMPIADBENCH = [
      "solution": ["$1024 = 7 \\cdot 146 + 2$."], "final_answer": ["$2$"], "is_multiple_answer": False,
      "unit": None, "answer_type": "Numerical", "error": None},
 ]
+OLYMPIADBENCH_ZH = [  # a Chinese physics problem, answered within its tolerance
+    {"id": 3, "subfield": "Mechanics", "context": None,
+     "question": "质量为 $2 \\mathrm{~kg}$ 的物体受 $6 \\mathrm{~N}$ 的合力，求加速度。",
+     "solution": ["$a = F / m = 3$"], "final_answer": ["$3$"], "is_multiple_answer": False,
+     "unit": "$\\mathrm{~m/s^2}$", "answer_type": "Numerical", "error": "0.1", "language": "Chinese",
+     "subject": "Physics"},
+]
 LIVECODEBENCH = [
     {"question_title": "Add two numbers", "question_content": "Read a and b and print a + b.", "platform": "atcoder",
      "question_id": "t1", "contest_id": "t", "contest_date": "2023-05-01T00:00:00", "starter_code": "",
@@ -79,6 +87,7 @@ ANSWERS = {
     "2x + 6": "Subtract 6 and divide: \\boxed{3}.",
     "x^2 = 4": "Both signs work. So the final answer is \\boxed{-2, 2}.",
     "2^{10}": "It is 1024, so the final answer is \\boxed{4}.",
+    "求加速度": "由牛顿第二定律，a = F/m ≈ 3.02。所以最终答案是\\boxed{3.02}。",
     "print a + b": "```python\na, b = map(int, input().split())\nprint(a + b)",
     "twice the number": "```python\nclass Solution:\n    def double(self, x: int) -> int:\n        return x + 2",
 }
@@ -105,22 +114,32 @@ class CannedLM(LM):
 LOCAL = {  # task -> (problems, the split it reads, overrides to read a local JSON-lines file, metric)
     "svamp": (SVAMP, "test", {"dataset_path": "json"}, "acc"),
     "college_math": (COLLEGE_MATH, "test", {}, "acc"),
-    "olympiadbench": (OLYMPIADBENCH, "train", {"dataset_path": "json", "dataset_name": None}, "acc"),
+    "olympiadbench_oe_to_maths_en_comp": (OLYMPIADBENCH, "train", {"dataset_path": "json", "dataset_name": None},
+                                          "acc"),
     "livecodebench_v1": (LIVECODEBENCH, "test", {}, "pass@1"),
 }
+# Subsets run only within their group's local copy (which lists the local subsets instead).
+SUBSETS = {"olympiadbench_oe_to_physics_zh_cee": (OLYMPIADBENCH_ZH, "train",
+                                                  {"dataset_path": "json", "dataset_name": None}, "acc")}
+LOCAL_GROUPS = {"olympiadbench": ["olympiadbench_oe_to_maths_en_comp", "olympiadbench_oe_to_physics_zh_cee"]}
 
 
 @pytest.fixture(scope="module")
 def task_manager(tmp_path_factory):
     """lm-eval's TaskManager over the shipped tasks plus, for each, ``<task>_local``: a YAML that
-    includes the shipped one and reads a local file instead of the hub."""
+    includes the shipped one and reads a local file instead of the hub; and for each group,
+    ``<group>_local``: the shipped group over some of its subsets' local copies."""
     local = tmp_path_factory.mktemp("local_tasks")
-    for task, (docs, split, overrides, _) in LOCAL.items():
+    for task, (docs, split, overrides, _) in (LOCAL | SUBSETS).items():
         data = local / f"{task}.jsonl"
         data.write_text("".join(json.dumps(d) + "\n" for d in docs))
         config = {"include": str(TASKS / f"{task}.yaml"), "task": f"{task}_local", **overrides,
                   "dataset_kwargs": {"data_files": {split: str(data)}}}
         (local / f"{task}_local.yaml").write_text(json.dumps(config))  # JSON is YAML
+    for group, subsets in LOCAL_GROUPS.items():
+        config = yaml.safe_load((TASKS / f"{group}.yaml").read_text())
+        config.update(group=f"{group}_local", task=[f"{t}_local" for t in subsets])
+        (local / f"{group}_local.yaml").write_text(json.dumps(config))
     return TaskManager(include_path=[str(TASKS), str(local)])
 
 
@@ -137,6 +156,24 @@ def test_shipped_task_runs_on_a_local_copy_of_its_data(task, task_manager, monke
     assert len(lm.prompts) == 2
     if task == "svamp":  # four worked shots, then the problem
         assert lm.prompts[0].count("Let's think step by step") == 5 and lm.prompts[0].endswith("Answer:")
+
+
+def test_olympiadbench_is_the_unweighted_mean_of_its_subsets(task_manager, monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    lm = CannedLM()
+    out = lm_eval.simple_evaluate(model=lm, tasks=["olympiadbench_local"], log_samples=False, task_manager=task_manager)
+    results = out["results"]
+    assert results["olympiadbench_oe_to_maths_en_comp_local"]["acc,none"] == 0.5
+    assert results["olympiadbench_oe_to_physics_zh_cee_local"]["acc,none"] == 1.0
+    # As OpenCompass averages: each subset once (by size it would be 2/3); the key stays acc,none.
+    assert results["olympiadbench_local"]["acc,none"] == 0.75
+    chinese = next(p for p in lm.prompts if "求加速度" in p)
+    assert chinese.startswith("以下是一道中国物理竞赛的解答题。") and "所以最终答案是\\boxed{答案}" in chinese
+    shipped = yaml.safe_load((TASKS / "olympiadbench.yaml").read_text())["task"]
+    assert [t.removeprefix("olympiadbench_oe_to_") for t in shipped] == [  # OpenCompass's five
+        "maths_en_comp", "maths_zh_comp", "maths_zh_cee", "physics_en_comp", "physics_zh_cee"]
+    assert set(shipped) <= set(task_manager.all_tasks)
 
 
 def test_every_shipped_task_is_registered(task_manager):
@@ -164,13 +201,13 @@ def test_math_answer_checks():
     assert svamp_score({"Answer": 5.0}, ["I do not know."])["acc"] == 0
     assert boxed_answer("a \\boxed{1} then \\boxed{\\frac{2}{3}}") == "\\frac{2}{3}"
     assert boxed_answer("no box") is None
-    assert same_answer("0.5", "$\\frac{1}{2}$") and same_answer("\\dfrac{1}{2}", "\\frac12")
-    assert same_answer("50\\%", "50") and not same_answer("x+1", "x-1") and not same_answer(None, "1")
+    assert equivalent("$\\frac{1}{2}$", "0.5") and equivalent("\\frac12", "\\dfrac{1}{2}")
+    assert equivalent("50", "50\\%") and not equivalent("x+1", "x-1") and not equivalent("1", None)
     assert split_top_level("1, (2, 3), \\{4,5\\}") == ["1", "(2, 3)", "\\{4,5\\}"]
     assert college_math_score({"answer": "$-3$"}, ["so \\boxed{-3}"])["acc"] == 1
     multiple = {"final_answer": ["$-2, 2$"], "is_multiple_answer": True, "error": None}
     assert olympiadbench_score(multiple, ["\\boxed{-2, 2}"])["acc"] == 1
-    assert olympiadbench_score(multiple, ["\\boxed{2, -2}"])["acc"] == 0
+    assert olympiadbench_score(multiple, ["\\boxed{2, -2}"])["acc"] == 1  # any order, as OpenCompass's judge
     assert olympiadbench_score(multiple, ["\\boxed{2}"])["acc"] == 0
     text = olympiadbench_prompt({**OLYMPIADBENCH[0], "unit": "cm", "answer_type": "Numerical,Interval"})
     assert "a numerical value and an interval" in text and "\\boxed{answers separated by commas}" in text

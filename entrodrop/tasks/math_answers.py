@@ -1,68 +1,103 @@
 """Prompts and answer checks of the math tasks lm-eval does not ship: SVAMP, CollegeMath and
-OlympiadBench (the paper evaluates them with OpenCompass; these follow its protocol: the last
-number for SVAMP, the last ``\\boxed{}`` for the others, accuracy).
+OlympiadBench.
 
-Answers are compared after lm-eval's MATH normalization (``hendrycks_math.utils.strip_string``)
-or as numbers.
+Each task extracts its answer here (SVAMP: the last number; CollegeMath: the last ``\\boxed{}``;
+OlympiadBench: the boxed answer or answers after "So the final answer is"), and Hugging Face's
+math-verify decides whether it equals the gold answer: it agrees with human graders on the forms
+a string comparison misses (``1,000``, ``.5``, ``\\pm``, ``2^{10}``, radicals, sets, intervals,
+rearranged equations, ``\\text{(B)}``...). What math-verify does not do is kept here:
+OlympiadBench's per-problem absolute tolerance (``error``) and its several answers in any order.
 """
 
-import math
 import re
+import threading
 from typing import List, Optional
 
-from lm_eval.tasks.hendrycks_math.utils import is_equiv, last_boxed_only_string, remove_boxed
+from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
-NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
+# LaTeX first (gold answers and boxes are LaTeX), then plain expressions such as ``3/4``.
+EXTRACTION = (LatexExtractionConfig(), ExprExtractionConfig())
+# math-verify's timeouts are SIGALRM alarms, which only the main thread may set; lm-eval scores
+# in the thread that called it, so elsewhere the checks run without a timeout rather than fail.
+TIMEOUT_S = 5
+NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?|-?\.\d+")
+BOX = re.compile(r"\\(?:boxed|fbox)(?=[\s{])")
+FINAL_ANSWER = re.compile(r"final answer is|最终答案是", re.IGNORECASE)
 
 
-def last_number(text: str) -> Optional[float]:
-    """The last number written in ``text`` (thousands separators allowed), or None.
+def timeout_s() -> Optional[int]:
+    """math-verify's timeout here: ``TIMEOUT_S`` in the main thread, None (no alarm) elsewhere."""
+    return TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
+
+
+def parsed(latex: str) -> list:
+    """math-verify's reading of ``latex`` (math mode: bare, ``$...$`` or ``\\boxed{...}``)."""
+    text = latex.strip()
+    if not text.startswith(("$", "\\boxed", "\\(", "\\[")):
+        text = f"${text}$"
+    return parse(text, EXTRACTION, parsing_timeout=timeout_s())
+
+
+def equivalent(gold: str, predicted: Optional[str]) -> bool:
+    """Whether math-verify finds ``predicted`` equal to ``gold`` (both LaTeX).
 
     Example:
-        >>> last_number("5 apples and 2 more: 1,007.5 in all.")
-        1007.5
+        >>> equivalent("$\\\\frac{1}{2}$", "0.5"), equivalent("1024", "2^{10}"), equivalent("3", "-3")
+        (True, True, False)
+    """
+    if predicted is None or not predicted.strip():
+        return False
+    return verify(parsed(gold), parsed(predicted), timeout_seconds=timeout_s())
+
+
+# Extraction ----------------------------------------------------------------------------------
+
+def last_number(text: str) -> Optional[str]:
+    """The last number written in ``text``, thousands separators dropped, or None.
+
+    Example:
+        >>> last_number("5 apples and 2 more: 1,007.5 in all."), last_number("half: .5"), last_number("none")
+        ('1007.5', '.5', None)
     """
     found = NUMBER.findall(text)
-    return float(found[-1].replace(",", "")) if found else None
+    return found[-1].replace(",", "") if found else None
+
+
+def braced(text: str) -> Optional[str]:
+    """What the ``{`` opening ``text`` encloses, or None when it is never closed."""
+    depth = 0
+    for i, char in enumerate(text):
+        depth += 1 if char == "{" else -1 if char == "}" else 0
+        if depth == 0:
+            return text[1:i]
+    return None
+
+
+def boxed_answers(text: str) -> List[str]:
+    """The contents of every ``\\boxed{...}`` (or ``\\boxed x``) in ``text``, in order; a box
+    nested in another counts once, an unclosed one not at all.
+
+    Example:
+        >>> boxed_answers(r"x = \\boxed{\\frac{1}{2}} or \\boxed{-1}; \\boxed 7.")
+        ['\\\\frac{1}{2}', '-1', '7']
+    """
+    found, end = [], 0
+    for match in BOX.finditer(text):
+        if match.start() < end:
+            continue
+        rest = text[match.end():].lstrip()
+        content = braced(rest) if rest.startswith("{") else re.match(r"[^\s$]*", rest).group().rstrip(".,;")
+        if content is None:
+            continue
+        found.append(content)
+        end = len(text) - len(rest) + len(content)
+    return found
 
 
 def boxed_answer(text: str) -> Optional[str]:
-    """The content of the last ``\\boxed{...}`` (or ``\\boxed x``) in ``text``, or None.
-
-    Example:
-        >>> boxed_answer(r"so x = \\boxed{\\frac{1}{2}}.")
-        '\\\\frac{1}{2}'
-    """
-    boxed = last_boxed_only_string(text)
-    try:
-        return remove_boxed(boxed) if boxed is not None else None
-    except AssertionError:  # lm-eval's remove_boxed asserts on what it cannot unwrap
-        return None
-
-
-def as_number(text: str) -> Optional[float]:
-    """``text`` as a number when it is one (``3``, ``-2.5``, ``1,000``, ``\\frac{3}{4}``, ``50\\%``)."""
-    text = text.strip().strip("$").replace(",", "").replace("\\%", "").replace("%", "").strip()
-    fraction = re.fullmatch(r"(-?)\\d?frac\{(-?\d+(?:\.\d+)?)\}\{(-?\d+(?:\.\d+)?)\}", text)
-    try:
-        if fraction:
-            sign = -1.0 if fraction.group(1) else 1.0
-            return sign * float(fraction.group(2)) / float(fraction.group(3))
-        return float(text)
-    except (ValueError, ZeroDivisionError):
-        return None
-
-
-def same_answer(predicted: Optional[str], gold: str, tolerance: float = 1e-6) -> bool:
-    """Equal as numbers (within the absolute ``tolerance``, or one part in a million) or as
-    MATH-normalized strings."""
-    if predicted is None:
-        return False
-    gold = gold.strip().strip("$").strip()
-    a, b = as_number(predicted), as_number(gold)
-    if a is not None and b is not None:
-        return math.isclose(a, b, rel_tol=1e-6, abs_tol=tolerance)
-    return bool(is_equiv(predicted.strip(), gold))
+    """The content of the last box in ``text``, or None."""
+    boxes = boxed_answers(text)
+    return boxes[-1] if boxes else None
 
 
 def split_top_level(text: str) -> List[str]:
@@ -74,7 +109,17 @@ def split_top_level(text: str) -> List[str]:
             parts.append(text[start:i].strip())
             start = i + 1
     parts.append(text[start:].strip())
-    return parts
+    return [p for p in parts if p]
+
+
+def expand_plus_minus(parts: List[str]) -> List[str]:
+    """Each answer with ``\\pm`` as its two answers, as OlympiadBench's judge counts them.
+
+    Example:
+        >>> expand_plus_minus(["1 \\\\pm \\\\sqrt{2}", "0"])
+        ['1 + \\\\sqrt{2}', '1 - \\\\sqrt{2}', '0']
+    """
+    return [p.replace("\\pm", sign) for p in parts for sign in (("+", "-") if "\\pm" in p else ("",))]
 
 
 # SVAMP ---------------------------------------------------------------------------------------
@@ -87,48 +132,107 @@ def svamp_prompt(doc: dict) -> str:
 def svamp_score(doc: dict, results: List[str]) -> dict:
     """Accuracy of the last number before the model starts another question."""
     predicted = last_number(results[0].split("Question:")[0])
-    gold = float(doc["Answer"])
-    return {"acc": float(predicted is not None and math.isclose(predicted, gold, abs_tol=1e-6))}
+    return {"acc": float(equivalent(repr(float(doc["Answer"])), predicted))}
 
 
 # CollegeMath ---------------------------------------------------------------------------------
 
 def college_math_score(doc: dict, results: List[str]) -> dict:
     """Accuracy of the last boxed answer against ``answer`` (LaTeX in ``$...$``)."""
-    return {"acc": float(same_answer(boxed_answer(results[0]), doc["answer"]))}
+    return {"acc": float(equivalent(doc["answer"], boxed_answer(results[0])))}
 
 
 # OlympiadBench -------------------------------------------------------------------------------
 
 ANSWER_TYPES = {"Numerical": "a numerical value", "Expression": "an expression", "Equation": "an equation",
                 "Interval": "an interval", "Tuple": "a tuple"}
+ANSWER_TYPES_ZH = {"Numerical": "数值", "Expression": "表达式", "Equation": "方程", "Interval": "区间", "Tuple": "元组"}
 
 
 def olympiadbench_prompt(doc: dict) -> str:
-    """The open-ended competition prompt, with the answer type, several answers and the unit
-    spelled out when the problem has them."""
-    kinds = [ANSWER_TYPES.get(k.strip(), k.strip().lower()) for k in (doc.get("answer_type") or "").split(",") if k.strip()]
+    """The open-ended competition prompt in the problem's language (English unless ``language``
+    says Chinese) and subject, with the answer type, several answers and the unit spelled out
+    when the problem has them."""
+    chinese = doc.get("language") == "Chinese"
+    names = ANSWER_TYPES_ZH if chinese else ANSWER_TYPES
+    kinds = [names.get(k.strip(), k.strip().lower()) for k in (doc.get("answer_type") or "").split(",") if k.strip()]
+    context = f"{doc['context'].strip()}\n" if doc.get("context") else ""
+    physics = doc.get("subject") == "Physics"
+    if chinese:
+        kind_hint = f"答案类型为{'、'.join(kinds)}。" if kinds else ""
+        box = "\\boxed{用英文逗号分隔的多个答案}" if doc.get("is_multiple_answer") else "\\boxed{答案}"
+        unit = f"单位（{doc['unit']}）写在框外，不要放进框里。" if doc.get("unit") else ""
+        return (f"以下是一道中国{'物理' if physics else '数学'}竞赛的解答题。{kind_hint}"
+                f"请用LaTeX书写变量和公式，并以“所以最终答案是{box}。”结尾。{unit}\n\n"
+                f"{context}{doc['question'].strip()}\n\n解答：")
     kind_hint = f"The answer is {' and '.join(kinds)}. " if kinds else ""
     box = "\\boxed{answers separated by commas}" if doc.get("is_multiple_answer") else "\\boxed{answer}"
     unit = f" Give the unit ({doc['unit']}) after the box, not inside it." if doc.get("unit") else ""
-    context = f"{doc['context'].strip()}\n" if doc.get("context") else ""
-    return (f"Solve this open-ended problem from an international mathematics competition. {kind_hint}"
-            f"Write variables and formulas in LaTeX and finish with \"So the final answer is {box}.\"{unit}\n\n"
-            f"{context}{doc['question'].strip()}\n\nSolution:")
+    return (f"Solve this open-ended problem from an international {'physics' if physics else 'mathematics'} "
+            f"competition. {kind_hint}Write variables and formulas in LaTeX and finish with "
+            f"\"So the final answer is {box}.\"{unit}\n\n{context}{doc['question'].strip()}\n\nSolution:")
+
+
+def olympiadbench_answers(text: str, multiple: bool) -> List[str]:
+    """The answers a response gives: the boxes after its last "final answer is" (the whole
+    response when it never says so), all of them for a problem with several answers, else the
+    last; several answers may also share one box, separated by commas."""
+    tail = FINAL_ANSWER.split(text)[-1]
+    boxes = boxed_answers(tail) or boxed_answers(text)
+    if not multiple:
+        return boxes[-1:]
+    return expand_plus_minus([part for box in boxes for part in split_top_level(box)])
+
+
+def tolerances(error, count: int) -> List[Optional[float]]:
+    """OlympiadBench's ``error`` field as one absolute tolerance per answer (None: exact).
+
+    Example:
+        >>> tolerances("0.1,", 2), tolerances("1e-2", 2), tolerances(None, 1)
+        ([0.1, None], [0.01, 0.01], [None])
+    """
+    values = [float(e) if e.strip() else None for e in str(error).split(",")] if error else [None]
+    return values * count if len(values) == 1 else values + [None] * (count - len(values))
+
+
+def as_float(latex: str) -> Optional[float]:
+    """The value of ``latex`` when math-verify reads it as a real number, else None."""
+    found = parsed(latex)
+    try:
+        return float(found[0]) if found and getattr(found[0], "is_number", False) else None
+    except (TypeError, ValueError):
+        return None
+
+
+def matches(gold: str, predicted: str, tolerance: Optional[float]) -> bool:
+    """``predicted`` equals ``gold`` for math-verify, or both are numbers within ``tolerance``."""
+    if equivalent(gold, predicted):
+        return True
+    if tolerance is None:
+        return False
+    g, p = as_float(gold), as_float(predicted)
+    return g is not None and p is not None and abs(g - p) <= tolerance * (1 + 1e-9)
+
+
+def all_matched(gold: List[str], predicted: List[str], tolerance: List[Optional[float]]) -> bool:
+    """Whether the answers pair up one to one, in any order (OlympiadBench's judge's rule)."""
+    if len(gold) != len(predicted):
+        return False
+    left = list(predicted)
+    for g, e in zip(gold, tolerance):
+        hit = next((p for p in left if matches(g, p, e)), None)
+        if hit is None:
+            return False
+        left.remove(hit)
+    return True
 
 
 def olympiadbench_score(doc: dict, results: List[str]) -> dict:
-    """Accuracy: the boxed answer matches every gold answer, in order (several answers are
-    separated by commas); numbers within the problem's ``error`` tolerance when it gives one."""
+    """Accuracy: the boxed answers match the gold ones (several: one to one, in any order),
+    numbers within the problem's absolute ``error`` when it gives one."""
+    multiple = bool(doc.get("is_multiple_answer"))
     gold = [g.strip().strip("$") for g in doc["final_answer"]]
-    if len(gold) == 1 and doc.get("is_multiple_answer"):
-        gold = split_top_level(gold[0])
-    boxed = boxed_answer(results[0])
-    if boxed is None:
-        return {"acc": 0.0}
-    predicted = split_top_level(boxed) if len(gold) > 1 else [boxed]
-    tolerances = [as_number(e) for e in str(doc.get("error") or "").split(",")]
-    tolerances = [e if e is not None else 1e-6 for e in tolerances] * len(gold)
-    ok = len(predicted) == len(gold) and all(
-        same_answer(p, g, e) for p, g, e in zip(predicted, gold, tolerances))
-    return {"acc": float(ok)}
+    if multiple:
+        gold = expand_plus_minus([part for g in gold for part in split_top_level(g)])
+    predicted = olympiadbench_answers(results[0], multiple)
+    return {"acc": float(all_matched(gold, predicted, tolerances(doc.get("error"), len(gold))))}

@@ -1,0 +1,108 @@
+"""The math tasks' scoring against a human grader's verdicts on tricky answers.
+
+Each case is a task, its gold answer, a model response and what a human grader would say. The
+responses go through the tasks' own scoring functions (extraction, then math-verify), so the
+table checks what a benchmark run would count. The forms are those a string comparison gets
+wrong: thousands separators, leading-dot decimals, \\pm, several boxes, another order,
+rearranged equations, 2^{10}, radicals, sets, intervals with \\in, fractions of pi, powers of
+ten, option letters, expanded expressions; and answers a grader rejects (another number, a sign
+error, another option, a partial tuple or list).
+"""
+
+from typing import NamedTuple, Optional
+
+import pytest
+
+from entrodrop.tasks.math_answers import college_math_score, olympiadbench_score, svamp_score
+
+
+class Case(NamedTuple):
+    task: str  # svamp, college_math or olympiadbench
+    gold: object  # SVAMP's Answer (a number); otherwise the LaTeX answer
+    response: str
+    right: bool  # the human grader's verdict
+    kind: str
+    multiple: bool = False  # OlympiadBench's is_multiple_answer
+    error: Optional[str] = None  # OlympiadBench's tolerance field
+
+
+CASES = [
+    Case("svamp", 1200.0, "So 1,000 + 200 = 1,200 pens. The answer is 1,200.", True, "thousands separator"),
+    Case("svamp", 1000000.0, "A million is 1,000,000. The answer is 1,000,000.", True, "thousands separators"),
+    Case("svamp", 0.5, "Each friend gets half a pie, so .5 pies.", True, "leading-dot decimal"),
+    Case("svamp", 0.75, "She pays $.75 in all.", True, "leading-dot money"),
+    Case("svamp", 2.5, "5 / 2 = 2.50. The answer is 2.50.", True, "trailing zero"),
+    Case("svamp", 7.0, "The answer is 7.\n\nQuestion: Tom has 12 apples and eats 3.", True,
+         "the next question is not the answer"),
+    Case("svamp", 15.0, "24 - 9 = 14. The answer is 14.", False, "another number"),
+    Case("college_math", "$\\frac{1}{2}$", "so \\boxed{0.5}", True, "fraction as decimal"),
+    Case("college_math", "$\\frac{3}{4}$", "\\boxed{\\dfrac{3}{4}}", True, "dfrac"),
+    Case("college_math", "$1024$", "\\boxed{2^{10}}", True, "power"),
+    Case("college_math", "$10^{6}$", "\\boxed{1000000}", True, "power of ten"),
+    Case("college_math", "$2\\sqrt{2}$", "\\boxed{\\sqrt{8}}", True, "radical"),
+    Case("college_math", "$\\frac{\\pi}{3}$", "\\boxed{\\pi/3}", True, "fraction of pi"),
+    Case("college_math", "$\\{-1, 3\\}$", "\\boxed{\\{3, -1\\}}", True, "set in another order"),
+    Case("college_math", "$[1, 2)$", "\\boxed{x \\in [1, 2)}", True, "interval with \\in"),
+    Case("college_math", "$y = 2x + 1$", "\\boxed{2x - y + 1 = 0}", True, "equation rearranged"),
+    Case("college_math", "$x^2 + 2x + 1$", "\\boxed{(x+1)^2}", True, "expression factored"),
+    Case("college_math", "$\\text{(B)}$", "The answer is \\boxed{B}.", True, "option letter"),
+    Case("college_math", "$5$", "First \\boxed{3}, but that was wrong: \\boxed{5}", True, "the last box counts"),
+    Case("college_math", "$-3$", "\\boxed{3}", False, "sign error"),
+    Case("college_math", "$x + 1$", "\\boxed{x - 1}", False, "another expression"),
+    Case("college_math", "$\\text{(B)}$", "\\boxed{\\text{(C)}}", False, "another option"),
+    Case("college_math", "$1024$", "\\boxed{1023}", False, "off by one"),
+    Case("olympiadbench", "$-2, 2$", "So the final answer is \\boxed{\\pm 2}.", True, "\\pm", multiple=True),
+    Case("olympiadbench", "$-2, 2$", "So the final answer is \\boxed{2, -2}.", True, "another order", multiple=True),
+    Case("olympiadbench", "$-2, 2$", "So the final answer is \\boxed{2} and \\boxed{-2}.", True, "several boxes",
+         multiple=True),
+    Case("olympiadbench", "$-2, 2$", "So the final answer is \\boxed{2}.", False, "partial list", multiple=True),
+    Case("olympiadbench", "$(1, 2, 3)$", "So the final answer is \\boxed{(1, 2, 3)}.", True, "tuple"),
+    Case("olympiadbench", "$(1, 2, 3)$", "So the final answer is \\boxed{(1, 2)}.", False, "partial tuple"),
+    Case("olympiadbench", "$\\{1, 2, 3\\}$", "So the final answer is \\boxed{\\{1, 2\\}}.", False, "partial set"),
+    Case("olympiadbench", "$\\frac{\\sqrt{3}}{3}$", "So the final answer is \\boxed{\\frac{1}{\\sqrt{3}}}.", True,
+         "radical rationalized"),
+    Case("olympiadbench", "$(-\\infty, 1) \\cup (2, \\infty)$",
+         "So the final answer is \\boxed{(-\\infty,1)\\cup(2,+\\infty)}.", True, "union of intervals"),
+    Case("olympiadbench", "$x^2 + y^2 = 1$", "So the final answer is \\boxed{y^2 + x^2 = 1}.",
+         True, "equation reordered"),
+    Case("olympiadbench", "$7$", "We find \\boxed{3} for the first part. So the final answer is \\boxed{7}.", True,
+         "the final answer's box, not an earlier one"),
+    Case("olympiadbench", "$3.14$", "So the final answer is \\boxed{3.141}.",
+         True, "within the tolerance", error="0.01"),
+    Case("olympiadbench", "$3.14$", "So the final answer is \\boxed{3.2}.",
+         False, "outside the tolerance", error="0.01"),
+    Case("olympiadbench", "$2024$", "So the final answer is \\boxed{2004}.", False, "a tolerance for a whole number",
+         error="0.01"),
+    # Known disagreements: a grader accepts these, math-verify does not.
+    Case("college_math", "$\\frac{\\pi}{2}$", "\\boxed{90^\\circ}", True, "degrees for radians"),
+    Case("college_math", "$1000$", "\\boxed{1\\,000}", True, "thin-space thousands separator"),
+]
+# Cases where math-verify 0.9 and a human grader differ: degrees are not read as radians, and a
+# LaTeX thin space ``\,`` between digit groups reads as a product (1 * 0).
+KNOWN_DISAGREEMENTS = {"degrees for radians", "thin-space thousands separator"}
+
+
+def score(case: Case) -> bool:
+    """The task's verdict on ``case``, through its lm-eval scoring function."""
+    if case.task == "svamp":
+        return bool(svamp_score({"Answer": case.gold}, [case.response])["acc"])
+    if case.task == "college_math":
+        return bool(college_math_score({"answer": case.gold}, [case.response])["acc"])
+    doc = {"final_answer": [case.gold], "is_multiple_answer": case.multiple, "error": case.error}
+    return bool(olympiadbench_score(doc, [case.response])["acc"])
+
+
+def test_the_table_covers_every_task_and_both_verdicts():
+    assert len(CASES) >= 24 and len({c.kind for c in CASES}) == len(CASES)  # kinds name the cases
+    for task in ("svamp", "college_math", "olympiadbench"):
+        assert {c.right for c in CASES if c.task == task} == {True, False}
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.kind not in KNOWN_DISAGREEMENTS], ids=lambda c: c.kind)
+def test_scoring_agrees_with_a_human_grader(case):
+    assert score(case) == case.right
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.kind in KNOWN_DISAGREEMENTS], ids=lambda c: c.kind)
+def test_known_disagreements_stay_known(case):
+    assert score(case) != case.right  # if math-verify learns these, move them to the agreements
