@@ -33,7 +33,7 @@ from omegaconf import DictConfig
 from torchtune import config, training, utils
 
 from entrodrop import schemas
-from entrodrop.checkpointing import HFCheckpointer
+from entrodrop.checkpointing import CheckpointError, HFCheckpointer, damaged_weights
 from entrodrop.evaluation import Evaluator, open_validation, record_evaluation, task_index
 from entrodrop.models.hf_config import check_matches_checkpoint
 from entrodrop.offline import decided_on_rank_zero, hf_lm, log_task_sizes
@@ -132,10 +132,19 @@ class EvaluateRecipe:
         self._model.load_state_dict(checkpointer.load_checkpoint()["model"], strict=True)
 
     def evaluate(self) -> None:
+        """Score each checkpoint; a damaged one is named and skipped (unrecorded, so a rerun scores it)
+        and the others still scored, then one error lists the skipped. Rank 0's check decides for all."""
+        skipped = []
         for k, checkpoint in enumerate(self._todo):
             progress = checkpoint_progress(checkpoint)
             utils.log_rank_zero(log, f"[{k + 1}/{len(self._todo)}] {checkpoint} (step {progress['step']}, "
                                      f"target epoch {progress['target_epoch']})")
+            damaged = decided_on_rank_zero(lambda: damaged_weights(checkpoint), self._distributed)
+            if damaged:
+                if self._rank == 0:
+                    log.error(f"{damaged}\nSkipped: {checkpoint} is not scored, the other checkpoints still are")
+                skipped.append(str(checkpoint))
+                continue
             if self._model is not None:
                 self._load(checkpoint)
             if self._backend != "torchtune" and self._has_tasks:
@@ -149,6 +158,10 @@ class EvaluateRecipe:
                 summary = record_evaluation(self._eval_dir, record, self._target_group)
                 log.info(f"{checkpoint.name}: val_loss {record.get('val_loss')}, groups {record.get('groups')}; "
                          f"best: {summary.get('best_checkpoint')}")
+        if skipped:
+            raise CheckpointError(f"{len(skipped)} damaged checkpoint{'s' * (len(skipped) > 1)} skipped, not scored "
+                                  f"(see the errors above): {', '.join(skipped)}. The others are recorded in "
+                                  f"{self._eval_dir}/evals.jsonl; run again once they are fixed to score them")
 
     def cleanup(self) -> None:
         if self._distributed:

@@ -6,6 +6,7 @@ by one backend is not skipped for another, the hf model generates as the config 
 task's size is logged before scoring."""
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -139,6 +140,23 @@ def test_bad_input_is_refused_before_anything_is_scored(trained, data, tune_run,
         result = evaluate(tune_run, data, run, *overrides, check=False)
         assert result.returncode != 0 and expected in result.stderr, (overrides, result.stderr[-3000:])
     assert (run / "eval" / "evals.jsonl").read_text() == before
+
+
+def test_a_damaged_checkpoint_is_named_and_skipped_and_the_others_are_scored(trained, data, tune_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    cut = run / "checkpoints" / "step_14" / "model.safetensors"
+    os.truncate(cut, cut.stat().st_size // 2)
+    # validation only (no lm-eval task): training's records hold tasks at limit 16, so all 3 are to score
+    result = evaluate(tune_run, data, run, f"eval_dir={tmp_path / 'eval'}", "evaluation.lm_eval.tasks.code=[]",
+                      check=False)
+    assert result.returncode != 0
+    assert [r["step"] for r in records(tmp_path / "eval")] == [10, 15]  # a rerun once it is fixed scores step_14
+    for line in (f"{cut} is truncated", f"{cut.parent} is a training checkpoint cut short",
+                 f"Skipped: {cut.parent} is not scored", f"1 damaged checkpoint skipped, not scored (see the errors "
+                 f"above): {cut.parent}. The others are recorded in {tmp_path / 'eval'}/evals.jsonl"):
+        assert line in result.stderr, (line, result.stderr[-3000:])
+    assert result.stderr.index("[3/3]") < result.stderr.index("1 damaged checkpoint skipped")  # after the others
 
 
 def _decide_on_two_ranks(rank: int, init_file: str, out_dir: str, fail: bool) -> None:
