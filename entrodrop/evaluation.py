@@ -28,8 +28,11 @@ import torch.nn.functional as F
 from entrodrop.config_check import raise_problems
 from entrodrop.loader import IGNORE_INDEX, TARGET, block_causal_mask, check_join, pack_rows
 from entrodrop.sample_store import SampleStore
+from entrodrop.task_checks import check_metrics, check_packages
 
 LOW_FRACTION, HIGH_FRACTION = 0.5, 0.25
+# The prompts of a record that does not say: lm-eval's plain text, no chat template.
+PLAIN_PROMPTS = {"apply_chat_template": False, "system_instruction": None, "enable_thinking": None}
 BUCKETS = ("all", "low", "high")
 
 
@@ -146,17 +149,28 @@ def best_epoch(evaluations: List[Dict]) -> Dict:
     return min(evaluations, key=lambda e: e["val_loss"]["all"])
 
 
-def task_score(result: Dict) -> float:
-    """The first metric of an lm-eval task result (``{"acc,none": 0.5, ...}``)."""
-    for key, value in result.items():
-        if "," in key and not key.split(",")[0].endswith("_stderr") and isinstance(value, (int, float)):
-            return float(value)
-    raise ValueError(f"no metric in lm-eval result {sorted(result)}")
+def task_score(result: Dict, metric: str) -> float:
+    """The ``metric`` (``"name,filter"``, as lm-eval keys it) of an lm-eval task result.
+
+    Example:
+        >>> task_score({"acc,none": 0.5, "acc_norm,none": 0.75}, "acc_norm,none")
+        0.75
+    """
+    if not isinstance(result.get(metric), (int, float)):
+        have = sorted(k for k, v in result.items() if "," in k and "_stderr" not in k and isinstance(v, (int, float)))
+        raise ValueError(f"the lm-eval result has no metric {metric!r}; it has {have}")
+    return float(result[metric])
 
 
-def group_scores(results: Dict[str, Dict], groups: Dict[str, List[str]]) -> Dict[str, float]:
-    """The mean task score of each group (the paper's domain averages)."""
-    return {group: sum(task_score(results[t]) for t in tasks) / len(tasks) for group, tasks in groups.items() if tasks}
+def group_scores(results: Dict[str, Dict], groups: Dict[str, List[str]], metrics: Dict[str, str]) -> Dict[str, float]:
+    """The mean task score of each group (the paper's domain averages), each task by its ``metrics`` entry."""
+    return {group: sum(task_score(results[t], metrics[t]) for t in tasks) / len(tasks)
+            for group, tasks in groups.items() if tasks}
+
+
+def group_metrics(groups: Dict[str, List[str]], metrics: Dict[str, str]) -> Dict[str, Dict[str, str]]:
+    """What each group average is made of, as records keep it: ``{group: {task: metric}}``."""
+    return {group: {t: metrics[t] for t in tasks} for group, tasks in groups.items() if tasks}
 
 
 def read_evaluations(eval_dir) -> List[Dict]:
@@ -165,15 +179,24 @@ def read_evaluations(eval_dir) -> List[Dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+def scored_alike(record: Dict, group: str):
+    """How ``record`` scored ``group``: its tasks with their metrics, and the documents per task
+    (``limit``). Two averages are compared only when this is equal. A record written before
+    metrics were recorded read each task's first metric: its tasks count as scored by ``?``."""
+    made_of = record.get("metrics", {}).get(group) or {t: "?" for t in record.get("tasks", {})}
+    return tuple(sorted(made_of.items())), record.get("limit")
+
+
 def most_complete(records: List[Dict], target_group: str) -> List[Dict]:
-    """The records with a ``target_group`` score measured on the most documents per task: every
-    document (``limit`` null) outranks a subset, a larger limit a smaller one. A run's cheap
-    in-training scores (a ``limit``ed subset) and its offline scores of the full suite land in
-    the same file; only scores measured alike are compared."""
+    """The records whose ``target_group`` average may be compared: those measured on the most
+    documents per task (every document, ``limit`` null, outranks a subset, a larger limit a
+    smaller one) and, among those, scored alike (``scored_alike``) with the newest of them.
+    A run's cheap in-training scores (other tasks, a ``limit``ed subset) and its offline scores
+    of the full suite land in the same file; averages of other tasks or metrics never compete."""
     scored = [r for r in records if target_group in r.get("groups", {})]
     size = lambda r: math.inf if r.get("limit") is None else r["limit"]  # noqa: E731
-    largest = max(map(size, scored), default=None)
-    return [r for r in scored if size(r) == largest]
+    largest = [r for r in scored if size(r) == max(map(size, scored))] if scored else []
+    return [r for r in largest if scored_alike(r, target_group) == scored_alike(largest[-1], target_group)]
 
 
 def scored_by(record: Dict) -> str:
@@ -183,17 +206,37 @@ def scored_by(record: Dict) -> str:
 
 
 def already_scored(records: List[Dict], checkpoint: str, tasks: List[str], limit: Optional[int],
-                   validation: bool, backend: str = "torchtune", max_gen_toks: Optional[int] = None) -> bool:
+                   validation: bool, backend: str = "torchtune", max_gen_toks: Optional[int] = None,
+                   scoring: Optional[Dict] = None) -> bool:
     """Whether a record of ``checkpoint`` (by directory name, so a moved run still matches) holds
     every task of ``tasks`` with the same ``limit``, scored by the same ``backend`` (``scored_by``:
     hf or vllm score otherwise than the adapter, so a request for them is not a repeat), and the
     validation loss when ``validation``. A record that names its default ``max_gen_toks`` must name
-    ``max_gen_toks`` (when given): generations of another length are another evaluation."""
+    ``max_gen_toks`` (when given): generations of another length are another evaluation. So must
+    ``scoring`` (when given: ``{"metrics": {task: metric}, "prompt_format": ...}``, as
+    ``Evaluator`` records them): other prompts or metrics give other scores."""
     name = Path(checkpoint).name
+
+    def alike(r: Dict) -> bool:
+        if not tasks or scoring is None:
+            return True
+        used = {t: m for made_of in r.get("metrics", {}).values() for t, m in made_of.items()}
+        return (all(used.get(t) == scoring["metrics"][t] for t in tasks)
+                and r.get("prompt_format", PLAIN_PROMPTS) == scoring["prompt_format"])
+
     return any(Path(r["checkpoint"]).name == name and set(tasks) <= set(r.get("tasks", {}))
                and r.get("limit") == limit and (not validation or "val_loss" in r)
                and (not tasks or scored_by(r) == backend)
-               and (max_gen_toks is None or r.get("max_gen_toks", max_gen_toks) == max_gen_toks) for r in records)
+               and (max_gen_toks is None or r.get("max_gen_toks", max_gen_toks) == max_gen_toks)
+               and alike(r) for r in records)
+
+
+def task_scoring(lm_eval_cfg) -> Dict:
+    """How ``evaluation.lm_eval`` scores its tasks, as records keep it (``already_scored``)."""
+    return {"metrics": {t: lm_eval_cfg.metrics.get(t) for tasks in lm_eval_cfg.tasks.values() for t in tasks},
+            "prompt_format": {"apply_chat_template": bool(lm_eval_cfg.apply_chat_template),
+                              "system_instruction": lm_eval_cfg.system_instruction,
+                              "enable_thinking": lm_eval_cfg.enable_thinking}}
 
 
 def record_evaluation(eval_dir, record: Dict, target_group: str) -> Dict:
@@ -222,8 +265,8 @@ def record_evaluation(eval_dir, record: Dict, target_group: str) -> Dict:
                      else ("validation loss", best["val_loss"]["all"]))
         summary["best_checkpoint"] = {"by": by, "score": score, "step": best["step"],
                                       "target_epoch": best["target_epoch"], "path": best["checkpoint"]}
-        if scored:
-            summary["best_checkpoint"]["limit"] = best.get("limit")
+        if scored:  # what the average is made of: the tasks, their metrics and the documents each
+            summary["best_checkpoint"].update(limit=best.get("limit"), metrics=best.get("metrics", {}).get(target_group))
     partial = eval_dir / "summary.json.partial"  # replaced whole, never left half-written
     partial.write_text(json.dumps(summary, indent=2))
     partial.replace(eval_dir / "summary.json")
@@ -251,9 +294,11 @@ def runs_model_code(task_manager, spec, depth: int = 8) -> bool:
 
 
 def check_tasks(task_groups: Dict[str, List[str]], target_group: str, task_manager,
-                allow_code_execution: bool) -> List[str]:
+                allow_code_execution: bool, metrics: Dict[str, str]) -> List[str]:
     """Every problem with the configured lm-eval tasks, as ``"key=value: why"`` lines, so a run
-    fails at start-up rather than at its first evaluation."""
+    fails at start-up rather than at its first evaluation: unknown names, tags, the target group,
+    code execution, each task's metric (``check_metrics``) and the packages its scoring imports
+    (``check_packages``)."""
     if not any(task_groups.values()):
         return []
     known = set(task_manager.all_tasks)
@@ -270,19 +315,26 @@ def check_tasks(task_groups: Dict[str, List[str]], target_group: str, task_manag
     if unsafe and not allow_code_execution:
         problems.append(f"evaluation.lm_eval.allow_code_execution=False, but {unsafe} execute model-written code: "
                         "set it to True or remove them")
-    return problems
+    fine = {group: [t for t in tasks if t in known and task_manager.task_index[t].kind.name != "TAG"]
+            for group, tasks in task_groups.items()}
+    problems += check_metrics(fine, metrics, task_manager)
+    return problems + check_packages(task_manager, [t for tasks in fine.values() for t in tasks])
 
 
-def task_index(task_groups: Dict[str, List[str]], target_group: str, include_path, allow_code_execution: bool):
+def task_index(lm_eval_cfg):
     """lm-eval's ``TaskManager`` once every configured task checks out (``check_tasks``; one
     ``ConfigError`` lists the problems), or None when no task is set: indexing lm-eval's tasks
-    takes ~10 s, which a run without tasks does not pay."""
+    takes ~10 s, which a run without tasks does not pay. ``lm_eval_cfg``: the config's
+    ``evaluation.lm_eval``."""
+    ev = lm_eval_cfg
+    task_groups = {group: list(tasks) for group, tasks in ev.tasks.items()}
     if not any(task_groups.values()):
         return None
     from lm_eval.tasks import TaskManager
 
-    task_manager = TaskManager(include_path=include_path)
-    raise_problems(check_tasks(task_groups, target_group, task_manager, allow_code_execution), "lm-eval task")
+    task_manager = TaskManager(include_path=ev.include_path)
+    raise_problems(check_tasks(task_groups, ev.target_group, task_manager, ev.allow_code_execution, dict(ev.metrics)),
+                   "lm-eval task")
     return task_manager
 
 
@@ -300,16 +352,17 @@ class Evaluator:
         batch_size (int): validation rows per forward.
         lm: an lm-eval model (a ``TorchtuneLM`` around ``model``), or None for no tasks. It is
             the attribute ``lm``: an offline evaluation with another backend sets it per checkpoint.
-        task_groups (Dict[str, List[str]]): lm-eval tasks by group.
-        target_group (str): the group whose average picks the best checkpoint.
         task_manager: lm-eval's ``TaskManager`` (with the local task directory).
-        limit (Optional[int]): documents per task (None: all).
-        allow_code_execution (bool): lm-eval's ``confirm_run_unsafe_code``.
+        lm_eval_cfg: the config's ``evaluation.lm_eval``: ``tasks`` by group, the ``target_group``
+            whose average picks the best checkpoint, each task's metric (``metrics``), ``limit``
+            documents per task (None: all), ``allow_code_execution`` (lm-eval's
+            ``confirm_run_unsafe_code``), ``apply_chat_template``, ``system_instruction`` (and
+            ``enable_thinking``, which the lm applies).
         rank (int), world_size (int): this process among those sharing the model.
     """
 
-    def __init__(self, model, device, validation, seq_len: int, batch_size: int, lm, task_groups: Dict[str, List[str]],
-                 target_group: str, task_manager, limit, allow_code_execution: bool, rank: int = 0, world_size: int = 1):
+    def __init__(self, model, device, validation, seq_len: int, batch_size: int, lm, task_manager, lm_eval_cfg,
+                 rank: int = 0, world_size: int = 1):
         self._model, self._device, self.lm = model, device, lm
         self._validation = None
         if validation is not None:
@@ -317,8 +370,9 @@ class Evaluator:
             check_join(tokens, entropy)
             self._validation = (tokens, entropy, bucket_thresholds(entropy))
         self._seq_len, self._batch_size = seq_len, batch_size
-        self._task_groups, self._target_group = task_groups, target_group
-        self._task_manager, self._limit, self._allow_code = task_manager, limit, allow_code_execution
+        self._task_manager, self._cfg = task_manager, lm_eval_cfg
+        self._task_groups = {group: list(tasks) for group, tasks in lm_eval_cfg.tasks.items()}
+        self._metrics = dict(lm_eval_cfg.metrics)
         self._rank, self._world_size = rank, world_size
 
     @property
@@ -329,7 +383,7 @@ class Evaluator:
         """The evaluation record (tasks and groups on rank 0 only, as lm-eval returns them)."""
         record = {"step": step, "target_epoch": target_epoch, "checkpoint": checkpoint}
         if self.lm:
-            record["limit"] = self._limit
+            record["limit"] = self._cfg.limit
         with torch.random.fork_rng(devices=[self._device] if self._device.type == "cuda" else []):
             if self._validation:
                 tokens, entropy, thresholds = self._validation
@@ -343,10 +397,14 @@ class Evaluator:
                 # warnings and progress bars: only rank 0 does. Errors still show on every rank.
                 quiet = open(os.devnull, "w") if self._rank else contextlib.nullcontext()
                 with quiet, contextlib.redirect_stderr(quiet if self._rank else sys.stderr):
-                    out = lm_eval.simple_evaluate(model=self.lm, tasks=tasks, task_manager=self._task_manager,
-                                                  limit=self._limit, confirm_run_unsafe_code=self._allow_code,
-                                                  log_samples=False, verbosity="ERROR" if self._rank else "WARNING")
+                    out = lm_eval.simple_evaluate(
+                        model=self.lm, tasks=tasks, task_manager=self._task_manager, limit=self._cfg.limit,
+                        confirm_run_unsafe_code=self._cfg.allow_code_execution, log_samples=False,
+                        apply_chat_template=self._cfg.apply_chat_template, system_instruction=self._cfg.system_instruction,
+                        verbosity="ERROR" if self._rank else "WARNING")
                 if out is not None:  # lm-eval returns the results on local rank 0 only
                     record["tasks"] = {t: out["results"][t] for t in tasks}
-                    record["groups"] = group_scores(out["results"], self._task_groups)
+                    record["groups"] = group_scores(out["results"], self._task_groups, self._metrics)
+                    record["metrics"] = group_metrics(self._task_groups, self._metrics)
+                    record["prompt_format"] = task_scoring(self._cfg)["prompt_format"]
         return record

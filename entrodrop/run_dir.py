@@ -210,7 +210,8 @@ def checkpoint_progress(checkpoint: Path) -> Dict[str, Any]:
 
 
 def checkpoints_to_score(path: str, eval_dir: str, tasks: List[str], limit: Optional[int], validation: bool,
-                         backend: str, max_gen_toks: Optional[int]) -> Tuple[List[Path], List[Path]]:
+                         backend: str, max_gen_toks: Optional[int],
+                         scoring: Optional[Dict] = None) -> Tuple[List[Path], List[Path]]:
     """``(found, to score)``: ``scorable_checkpoints(path)``, and those of them without a record of
     this evaluation in ``eval_dir/evals.jsonl`` (``already_scored``), oldest first.
 
@@ -221,5 +222,5 @@ def checkpoints_to_score(path: str, eval_dir: str, tasks: List[str], limit: Opti
     found = scorable_checkpoints(path)
     records = read_evaluations(eval_dir)
     todo = [c for c in found
-            if not already_scored(records, str(c), tasks, limit, validation, backend, max_gen_toks)]
+            if not already_scored(records, str(c), tasks, limit, validation, backend, max_gen_toks, scoring)]
     return found, todo

@@ -60,6 +60,13 @@ MODEL = {
 LM_EVAL = {
     "tasks": mapping(list_of_strings()),
     "target_group": string(),
+    # task -> the lm-eval result key its score is read from ("exact_match,flexible-extract").
+    "metrics": mapping(string()),
+    # True: prompts in the tokenizer's chat format, with system_instruction (null: none) first;
+    # enable_thinking False opens each answer with Qwen3's empty thought (null: as the template).
+    "apply_chat_template": boolean(),
+    "system_instruction": optional(string()),
+    "enable_thinking": optional(boolean()),
     "include_path": optional(string()),
     "limit": optional(integer(minimum=1)),
     "batch_size": integer(minimum=1),

@@ -19,6 +19,7 @@ from lm_eval.api.model import LM
 from lm_eval.tasks import TaskManager
 
 from entrodrop.evaluation import check_tasks, runs_model_code
+from entrodrop.task_checks import check_metrics, check_packages, task_metrics
 from entrodrop.tasks.livecodebench import decode_tests, extract_code, pass_at_1, prompt, run_tests
 from entrodrop.tasks.math_answers import (
     boxed_answer,
@@ -181,19 +182,57 @@ def test_every_shipped_task_is_registered(task_manager):
             "humaneval_likelihood", "humaneval_pass1"} <= set(task_manager.all_tasks)
 
 
+METRICS = {"svamp": "acc,none", "humaneval_likelihood": "logprob_per_char,none", "livecodebench_v1": "pass@1,none"}
+
+
 def test_task_settings_are_checked_at_start_up(task_manager):
     groups = {"math": ["svamp", "svmp"], "code": ["humaneval_likelihood", "livecodebench_v1"]}
-    problems = check_tasks(groups, "maths", task_manager, allow_code_execution=False)
+    problems = check_tasks(groups, "maths", task_manager, False, METRICS)
     assert len(problems) == 3
     assert "'svmp' is not an lm-eval task" in problems[0]
     assert "target_group='maths' is not one of the groups ['math', 'code']" in problems[1]
     assert "['livecodebench_v1'] execute model-written code" in problems[2]
-    assert check_tasks(groups | {"math": ["svamp"]}, "math", task_manager, allow_code_execution=True) == []
+    assert check_tasks(groups | {"math": ["svamp"]}, "math", task_manager, True, METRICS) == []
     assert runs_model_code(task_manager, "livecodebench_v1_local")  # marked in the YAML it includes
     assert runs_model_code(task_manager, "humaneval_infilling")  # a group of lm-eval's unsafe tasks
     assert not runs_model_code(task_manager, "svamp") and not runs_model_code(task_manager, "mmlu")
-    assert check_tasks({"general": ["ai2_arc"]}, "general", task_manager, True) == [
+    assert check_tasks({"general": ["ai2_arc"]}, "general", task_manager, True, METRICS) == [
         "evaluation.lm_eval.tasks.general: 'ai2_arc' is an lm-eval tag; list its tasks instead"]
+
+
+def test_each_task_names_a_metric_its_result_has(task_manager):
+    """The metric of every task is checked at start-up against the keys its YAML makes lm-eval
+    report: a filter's name, a group's aggregate, a function's own name."""
+    assert task_metrics(task_manager, "gsm8k") == ["exact_match,strict-match", "exact_match,flexible-extract"]
+    assert task_metrics(task_manager, "minerva_math") == ["exact_match,none", "math_verify,none"]
+    assert task_metrics(task_manager, "mbpp") == ["pass_at_1,none"]
+    assert "pass@1,create_test" in task_metrics(task_manager, "humaneval")
+    assert task_metrics(task_manager, "olympiadbench") == ["acc,none"]  # a group of five subsets
+    assert task_metrics(task_manager, "hellaswag") == ["acc,none", "acc_norm,none"]
+    groups = {"math": ["gsm8k", "minerva_math"], "general": ["hellaswag"]}
+    assert check_metrics(groups, {"gsm8k": "exact_match,flexible-extract", "minerva_math": "math_verify,none",
+                                  "hellaswag": "acc_norm,none", "unused": "acc,none"}, task_manager) == []
+    assert check_metrics(groups, {"gsm8k": "exact_match,none", "hellaswag": "acc,none"}, task_manager) == [
+        "evaluation.lm_eval.metrics.gsm8k='exact_match,none': gsm8k reports "
+        "['exact_match,strict-match', 'exact_match,flexible-extract']",
+        "evaluation.lm_eval.metrics: no metric for 'minerva_math', which reports ['exact_match,none', "
+        "'math_verify,none']: add `minerva_math: \"<one of them>\"`"]
+
+
+def test_a_benchmark_without_its_packages_fails_at_start_up_with_the_install_command(task_manager, monkeypatch):
+    import entrodrop.task_checks as checks
+
+    installed = {"sympy": "1.14.0", "math_verify": "0.9.0", "antlr4": "4.13.2", "langdetect": None,
+                 "immutabledict": "4.2.0", "nltk": "3.9.1"}
+    monkeypatch.setattr(checks, "installed_version", installed.get)
+    assert check_packages(task_manager, ["gsm8k", "minerva_math", "ifeval", "leaderboard_ifeval"]) == [
+        "evaluation.lm_eval.tasks: 'minerva_math' needs antlr4-python3-runtime 4.11.* (version 4.13.2 is installed): "
+        "pip install -e '.[benchmarks]'",
+        "evaluation.lm_eval.tasks: 'ifeval' needs langdetect (not installed): pip install -e '.[benchmarks]'",
+        "evaluation.lm_eval.tasks: 'leaderboard_ifeval' needs langdetect (not installed): pip install -e '.[benchmarks]'"]
+    assert check_packages(task_manager, ["minerva_math_algebra"])  # a member alone needs them too
+    monkeypatch.setattr(checks, "installed_version", {**installed, "antlr4": "4.11.0", "langdetect": "1.0.9"}.get)
+    assert check_packages(task_manager, ["minerva_math", "ifeval"]) == []
 
 
 def test_math_answer_checks():
