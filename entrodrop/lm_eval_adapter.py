@@ -3,9 +3,14 @@
 torchtune 0.6.1's ``eleuther_eval`` recipe refuses lm-eval 0.4.13 and its wrapper loads gpt2
 from the hub, so this is a small ``TemplateLM`` of our own: ``loglikelihood`` (through
 ``_loglikelihood_tokens``), ``loglikelihood_rolling`` and ``generate_until`` (greedy, batched,
-with torchtune's KV cache). Each generated row stops at EOS or at its own ``until`` strings as
-it generates, and a batch stops when every row has: a base model in continual pre-training
-rarely emits EOS, so cutting at ``until`` only afterwards ran every row to ``max_gen_toks``.
+with torchtune's KV cache). Each generated row stops at an end token (``end_token_ids``: EOS and
+every end-of-turn token the tokenizer defines) or at its own ``until`` strings as it generates,
+and a batch stops when every row has: a base model in continual pre-training rarely emits EOS,
+so cutting at ``until`` only afterwards ran every row to ``max_gen_toks``.
+
+Chat templates (lm-eval's ``apply_chat_template``): a prompt is formatted by the tokenizer's own
+``tokenize_messages``, and its ids are kept, not parsed again from the text: tiktoken (Llama 3)
+reads ``<|eot_id|>`` written in text as plain characters.
 
 Several processes: lm-eval sees one process on every rank (``world_size`` 1) and runs the
 same requests everywhere; the adapter gives each rank every N-th batch of them, pads the
@@ -15,7 +20,7 @@ every forward) and all-gathers the results, so every rank returns every answer.
 
 import contextlib
 from collections import Counter
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
@@ -28,6 +33,37 @@ from torchtune.modules.common_utils import delete_kv_caches
 from tqdm import tqdm
 
 log = utils.get_logger("INFO")
+
+
+def end_token_ids(tokenizer) -> List[int]:
+    """The ids that end a generation: EOS, the tokenizer's ``stop_tokens`` (Llama 3: ``<|eot_id|>``,
+    ``<|eom_id|>``) and ChatML's ``<|im_end|>`` (Qwen's tokenizers list only EOS and padding).
+    An instruct model ends its turn with an end-of-turn token, not EOS; without it a row runs on
+    and appends what follows the turn to its answer."""
+    ids = [tokenizer.eos_id, *getattr(tokenizer, "stop_tokens", []), getattr(tokenizer, "im_end_id", None)]
+    return sorted({i for i in ids if i is not None})
+
+
+# What Qwen3's chat template opens the answer with when thinking is off (enable_thinking=False).
+NO_THINKING = "<think>\n\n</think>\n\n"
+
+
+def chat_prompt_ids(tokenizer, messages: List[dict], add_generation_prompt: bool = True,
+                    enable_thinking: Optional[bool] = None) -> List[int]:
+    """``messages`` (``{"role", "content"}`` dicts) in the tokenizer's chat format, ending with the
+    assistant's header when ``add_generation_prompt`` (an empty last assistant message, which
+    torchtune's tokenizers leave open), without EOS. ``enable_thinking=False`` on a tokenizer with
+    ``<think>`` opens the answer with an empty thought, as Qwen3's template does: the model then
+    answers at once instead of reasoning at length first."""
+    from torchtune.data import Message
+
+    turns = [Message(role=m["role"], content=m["content"]) for m in messages]
+    if add_generation_prompt:
+        thinks = "<think>" in getattr(tokenizer, "special_tokens", {})
+        turns.append(Message(role="assistant", content=NO_THINKING if enable_thinking is False and thinks else ""))
+    if hasattr(tokenizer, "tt_model"):  # Llama 3: its end tokens close the last assistant message
+        return tokenizer.tokenize_messages(turns, add_end_tokens=not add_generation_prompt)[0]
+    return tokenizer.tokenize_messages(turns, add_eos=False)[0]
 
 
 class TorchtuneLM(TemplateLM):
@@ -54,13 +90,16 @@ class TorchtuneLM(TemplateLM):
             ``stop_check_every - 1`` steps past its last row's stop. Outputs do not depend on it.
             None: 8 on a GPU, 1 on the CPU (which has no device to overlap with, so a later
             check would only add steps).
+        enable_thinking (Optional[bool]): with a chat template, False opens each answer with
+            Qwen3's empty thought (``chat_prompt_ids``); None leaves the template as it is.
     """
 
     def __init__(self, model: torch.nn.Module, tokenizer, device: torch.device, max_seq_len: int,
                  batch_size: int, max_gen_toks: int = 256, distributed: bool = False,
                  generation_batch_size: Optional[int] = None, compile_decode: bool = False,
-                 stop_check_every: Optional[int] = None) -> None:
+                 stop_check_every: Optional[int] = None, enable_thinking: Optional[bool] = None) -> None:
         super().__init__()
+        self._enable_thinking = enable_thinking
         self._model, self._tokenizer, self._device = model, tokenizer, device
         self._max_seq_len, self._batch_size, self._max_gen_toks = max_seq_len, batch_size, max_gen_toks
         self._generation_batch_size = generation_batch_size or batch_size
@@ -74,6 +113,8 @@ class TorchtuneLM(TemplateLM):
         mode = "reduce-overhead" if device.type == "cuda" else None
         self._decode = torch.compile(self._decode_step, mode=mode, dynamic=False) if compile_decode else self._decode_step
         self._dtype = next(model.parameters()).dtype
+        self._end_ids = set(end_token_ids(tokenizer))
+        self._chat_prompts: Dict[str, List[int]] = {}  # apply_chat_template's text -> its ids
         self._dp_size = dist.get_world_size() if distributed else 1
         self._dp_rank = dist.get_rank() if distributed else 0
 
@@ -82,10 +123,38 @@ class TorchtuneLM(TemplateLM):
         return self._tokenizer.eos_id
 
     def tok_encode(self, string: str, add_special_tokens: Optional[bool] = None, **kwargs) -> List[int]:
+        """``string``'s ids; a chat prompt (``apply_chat_template``'s text) keeps its own."""
+        if string in self._chat_prompts:
+            return list(self._chat_prompts[string])
         return self._tokenizer.encode(string, add_bos=False, add_eos=False)
+
+    def _encode_pair(self, context: str, continuation: str) -> Tuple[List[int], List[int]]:
+        """A scored continuation after a chat prompt is encoded on its own (lm-eval's split of the
+        whole text would first move the prompt's closing newline to the continuation)."""
+        if context in self._chat_prompts:
+            return self.tok_encode(context), self.tok_encode(continuation)
+        return super()._encode_pair(context, continuation)
 
     def tok_decode(self, tokens: Sequence[int]) -> str:
         return self._tokenizer.decode(list(tokens))
+
+    # -------------------------------------------------------------- chat template
+
+    def apply_chat_template(self, chat_history: List[dict], add_generation_prompt: bool = True) -> str:
+        """The prompt in the tokenizer's chat format (``chat_prompt_ids``), as text for lm-eval;
+        ``tok_encode`` maps the text back to these ids."""
+        ids = chat_prompt_ids(self._tokenizer, chat_history, add_generation_prompt, self._enable_thinking)
+        text = self._tokenizer.decode(ids, skip_special_tokens=False)
+        self._chat_prompts[text] = ids
+        return text
+
+    @property
+    def tokenizer_name(self) -> str:
+        return type(self._tokenizer).__name__
+
+    def chat_template(self, chat_template=False) -> str:
+        """What lm-eval records as the template: torchtune's tokenizers format chats in code."""
+        return f"{type(self._tokenizer).__name__}.tokenize_messages" if chat_template else ""
 
     # -------------------------------------------------------------- sharing over ranks
 
@@ -176,7 +245,7 @@ class TorchtuneLM(TemplateLM):
         """Whether a row whose generated tokens are ``ids`` needs no more: EOS, its ``n`` tokens,
         or one of its ``stops`` in the text of its last tokens (a stop string of c characters
         lies within 4c + 2 byte-level tokens)."""
-        if len(ids) >= n or ids[-1] == self.eot_token_id:
+        if len(ids) >= n or ids[-1] in self._end_ids:
             return True
         window = 4 * max((len(stop) for stop in stops), default=0) + 2
         text = self.tok_decode(ids[-window:]) if stops else ""
@@ -298,8 +367,9 @@ class TorchtuneLM(TemplateLM):
                 outputs[k] = ids
         texts = []
         for ids, until in zip(outputs, stops):
-            if self.eot_token_id in ids:
-                ids = ids[: ids.index(self.eot_token_id)]
+            ends = [k for k, token in enumerate(ids) if token in self._end_ids]
+            if ends:
+                ids = ids[: ends[0]]
             text = self.tok_decode(ids)
             for stop in until:
                 text = text.split(stop)[0] if stop else text

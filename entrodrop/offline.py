@@ -74,7 +74,8 @@ def hf_lm(checkpoint: Path, device: str, dtype: str, lm_eval_cfg: DictConfig):
     """lm-eval's ``HFLM`` on ``checkpoint``, generating as the torchtune adapter does: at most the
     config's ``max_gen_toks`` where a task sets none (HFLM's own default is a fixed 256, a property
     with no constructor argument) and ``generation_batch_size`` rows a batch (HFLM takes one batch
-    size for every request type: scoring keeps ``batch_size``)."""
+    size for every request type: scoring keeps ``batch_size``), with the chat template's
+    ``enable_thinking`` when the config sets it."""
     from lm_eval.models.huggingface import HFLM
 
     class ConfiguredHFLM(HFLM):
@@ -97,4 +98,5 @@ def hf_lm(checkpoint: Path, device: str, dtype: str, lm_eval_cfg: DictConfig):
 
     ev = lm_eval_cfg
     return ConfiguredHFLM(ev.max_gen_toks, ev.generation_batch_size or ev.batch_size, pretrained=str(checkpoint),
-                          device=device, dtype=dtype, batch_size=ev.batch_size, max_length=ev.max_seq_len)
+                          device=device, dtype=dtype, batch_size=ev.batch_size, max_length=ev.max_seq_len,
+                          enable_thinking=ev.enable_thinking)

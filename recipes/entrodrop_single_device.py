@@ -164,8 +164,7 @@ class EntroDropRecipeSingleDevice:
     def _setup_tasks(self, cfg: DictConfig) -> None:
         """lm-eval's task index, and every problem with the configured tasks."""
         ev = cfg.evaluation.lm_eval
-        self._task_groups = {group: list(tasks) for group, tasks in ev.tasks.items()}
-        self._task_manager = task_index(self._task_groups, ev.target_group, ev.include_path, ev.allow_code_execution)
+        self._task_manager = task_index(ev)
 
     def _setup_data(self, cfg: DictConfig) -> None:
         """The training stream (the stores' integrity and the entropy join are checked as it is
@@ -273,10 +272,9 @@ class EntroDropRecipeSingleDevice:
             lm = TorchtuneLM(self._model, config.instantiate(cfg.tokenizer), self._device, ev.lm_eval.max_seq_len,
                              ev.lm_eval.batch_size, ev.lm_eval.max_gen_toks, distributed=False,
                              generation_batch_size=ev.lm_eval.generation_batch_size,
-                             compile_decode=ev.lm_eval.compile_decode)
+                             compile_decode=ev.lm_eval.compile_decode, enable_thinking=ev.lm_eval.enable_thinking)
         self._evaluator = Evaluator(self._model, self._device, self._validation, cfg.data.seq_len, ev.validation.batch_size,
-                                    lm, self._task_groups, ev.lm_eval.target_group, self._task_manager, ev.lm_eval.limit,
-                                    ev.lm_eval.allow_code_execution, 0, 1)
+                                    lm, self._task_manager, ev.lm_eval, 0, 1)
         self._target_group = ev.lm_eval.target_group
 
     def _evaluate(self, target_epoch: float) -> dict:

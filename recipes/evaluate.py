@@ -34,7 +34,7 @@ from torchtune import config, training, utils
 
 from entrodrop import schemas
 from entrodrop.checkpointing import CheckpointError, HFCheckpointer, damaged_weights
-from entrodrop.evaluation import Evaluator, open_validation, record_evaluation, task_index
+from entrodrop.evaluation import Evaluator, open_validation, record_evaluation, task_index, task_scoring
 from entrodrop.models.hf_config import check_matches_checkpoint
 from entrodrop.offline import decided_on_rank_zero, hf_lm, log_task_sizes
 from entrodrop.run_dir import checkpoint_progress, checkpoints_to_score
@@ -74,8 +74,7 @@ class EvaluateRecipe:
         self._task_groups = {group: list(tasks) for group, tasks in ev.lm_eval.tasks.items()}
         self._tasks = [t for ts in self._task_groups.values() for t in ts]
         self._todo = self._pending(cfg)
-        task_manager = task_index(self._task_groups, ev.lm_eval.target_group, ev.lm_eval.include_path,
-                                  ev.lm_eval.allow_code_execution)
+        task_manager = task_index(ev.lm_eval)
         validation = open_validation(ev.validation.target_tokens, ev.validation.target_entropy)
         if not self._todo:
             return
@@ -96,11 +95,9 @@ class EvaluateRecipe:
             lm = TorchtuneLM(self._model, config.instantiate(cfg.tokenizer), self._device, ev.lm_eval.max_seq_len,
                              ev.lm_eval.batch_size, ev.lm_eval.max_gen_toks, distributed=self._distributed,
                              generation_batch_size=ev.lm_eval.generation_batch_size,
-                             compile_decode=ev.lm_eval.compile_decode)
+                             compile_decode=ev.lm_eval.compile_decode, enable_thinking=ev.lm_eval.enable_thinking)
         self._evaluator = Evaluator(self._model, self._device, validation, ev.validation.seq_len,
-                                    ev.validation.batch_size, lm, self._task_groups, ev.lm_eval.target_group,
-                                    task_manager, ev.lm_eval.limit, ev.lm_eval.allow_code_execution,
-                                    self._rank, self._world_size)
+                                    ev.validation.batch_size, lm, task_manager, ev.lm_eval, self._rank, self._world_size)
         self._lm_eval, self._target_group = ev.lm_eval, ev.lm_eval.target_group
         self._has_tasks = task_manager is not None
 
@@ -110,7 +107,7 @@ class EvaluateRecipe:
         ev = cfg.evaluation
         found, todo = decided_on_rank_zero(lambda: checkpoints_to_score(
             cfg.checkpoints, self._eval_dir, self._tasks, ev.lm_eval.limit, ev.validation.target_tokens is not None,
-            self._backend, ev.lm_eval.max_gen_toks), self._distributed)
+            self._backend, ev.lm_eval.max_gen_toks, task_scoring(ev.lm_eval)), self._distributed)
         utils.log_rank_zero(log, f"{cfg.checkpoints}: {len(found)} checkpoint{'s' * (len(found) != 1)}, "
                                  f"{len(found) - len(todo)} already scored in {self._eval_dir}, {len(todo)} to score")
         return todo

@@ -76,7 +76,7 @@ def test_every_checkpoint_is_scored_as_training_scored_it_and_scored_ones_are_sk
     best = max(offline.values(), key=lambda r: r["groups"]["code"])
     assert summary["best_checkpoint"] == {"by": "code average", "score": best["groups"]["code"], "step": best["step"],
                                           "target_epoch": best["target_epoch"], "path": best["checkpoint"],
-                                          "limit": None}
+                                          "limit": None, "metrics": {"humaneval_likelihood": "logprob_per_char,none"}}
     # Nothing is left: nothing runs, nothing is written.
     before = (run / "eval" / "evals.jsonl").read_text()
     again = evaluate(tune_run, data, run)
@@ -135,6 +135,8 @@ def test_bad_input_is_refused_before_anything_is_scored(trained, data, tune_run,
         ([f"checkpoints={tmp_path}/nowhere"], f"checkpoints={tmp_path}/nowhere does not exist"),
         (["evaluation.lm_eval.tasks.code=[humaneval]"], "allow_code_execution=False, but ['humaneval'] execute"),
         (["evaluation.validation.target_tokens=null", "evaluation.lm_eval.tasks.code=[]"], "nothing to evaluate"),
+        (["evaluation.lm_eval.metrics.humaneval_likelihood=acc,none"],
+         "evaluation.lm_eval.metrics.humaneval_likelihood='acc,none': humaneval_likelihood reports ['logprob_per_char,none']"),
         (["backend=hf", "evaluation.validation.batch_siz=4"], "did you mean batch_size?"),
     ]:
         result = evaluate(tune_run, data, run, *overrides, check=False)

