@@ -49,7 +49,7 @@ import yaml
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
-from entrodrop.evaluation import best_epoch  # noqa: E402
+from entrodrop.evaluation import best_epoch, most_complete  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -111,11 +111,33 @@ def read_run(run_dir: str) -> Dict:
             "token_dropout": (config or {}).get("token_dropout"), "auto_midpoint": fixed[-1] if fixed else None}
 
 
-def summarize(run: Dict, target_group: Optional[str]) -> Dict:
-    """Best target-group average, best epoch (minimum validation loss) and that loss."""
+def compared(runs: List[Dict], group: str) -> List[Dict]:
+    """The evaluations whose ``group`` average the report shows, of every run: those scored alike
+    (the same tasks, metrics and documents per task) as ``summary.json`` chooses them
+    (``most_complete`` over all the runs' records), so no plot or table sets one metric beside another."""
+    chosen = {id(e) for e in most_complete([e for run in runs for e in run["evals"]], group)}
+    return [e for run in runs for e in run["evals"] if id(e) in chosen]
+
+
+def left_out_note(runs: List[Dict], group: str) -> Optional[str]:
+    """What ``compared`` leaves out of ``group``, or None."""
+    scored = [e for run in runs for e in run["evals"] if group in e.get("groups", {})]
+    kept = compared(runs, group)
+    if len(kept) == len(scored):
+        return None
+    made_of = kept[-1].get("metrics", {}).get(group) or "tasks with unrecorded metrics"
+    return (f"{len(scored) - len(kept)} of {len(scored)} evaluations of the {group} average were scored otherwise "
+            f"(other tasks, metrics or documents per task) and are left out; the ones shown use {made_of}, "
+            f"limit {kept[-1].get('limit')}")
+
+
+def summarize(run: Dict, target_group: Optional[str], kept: Optional[List[Dict]] = None) -> Dict:
+    """Best target-group average (among ``kept``, the evaluations ``compared`` keeps over the runs
+    being compared; None: over this run alone), best epoch (minimum validation loss) and that loss."""
     with_loss = [e for e in run["evals"] if "val_loss" in e]
     best = best_epoch(with_loss) if with_loss else None
-    scored = [e["groups"][target_group] for e in run["evals"] if target_group in e.get("groups", {})]
+    ids = {id(e) for e in (compared([run], target_group) if kept is None else kept)}
+    scored = [e["groups"][target_group] for e in run["evals"] if id(e) in ids]
     return {
         "run": run["name"],
         "best_average": max(scored) if scored else None,
@@ -194,7 +216,10 @@ def write_report(runs: List[Dict], out_dir: str, target_group: Optional[str] = N
     cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     color = {run["name"]: cycle[i % len(cycle)] for i, run in enumerate(runs)}  # one colour a run, in every plot
     midpoint = propose_midpoint(next(run for run in runs if run["name"] == baseline)) if baseline is not None else None
+    groups = sorted({g for run in runs for e in run["evals"] for g in e.get("groups", {})})
+    kept = {group: {id(e) for e in compared(runs, group)} for group in groups}
     notes = [note for note in map(epochless_note, runs) if note]
+    notes += [note for note in (left_out_note(runs, group) for group in groups) if note]
     for note in notes:
         log.warning(note)
 
@@ -217,12 +242,10 @@ def write_report(runs: List[Dict], out_dir: str, target_group: Optional[str] = N
     fig.savefig(out / "val_loss_by_entropy.png", dpi=110)
     plt.close(fig)
 
-    groups = sorted({g for run in runs for e in run["evals"] for g in e.get("groups", {})})
     fig, axes = plt.subplots(1, max(len(groups), 1), figsize=(4.5 * max(len(groups), 1), 3.6), squeeze=False)
     for ax, group in zip(axes[0], groups):
         for run in runs:
-            points = [(e["target_epoch"], e["groups"][group]) for e in with_epoch(run["evals"])
-                      if group in e.get("groups", {})]
+            points = [(e["target_epoch"], e["groups"][group]) for e in with_epoch(run["evals"]) if id(e) in kept[group]]
             if points:
                 ax.plot(*zip(*points), marker="o", label=run["name"], color=color[run["name"]])
         ax.set(title=f"{group} average", xlabel="target epoch", ylabel="score")
@@ -233,7 +256,7 @@ def write_report(runs: List[Dict], out_dir: str, target_group: Optional[str] = N
     plt.close(fig)
     files = ["val_loss_by_entropy.png", "benchmarks.png"]
     if target_group is not None:
-        draw_score_vs_loss(runs, target_group, out / "score_vs_val_loss.png")
+        draw_score_vs_loss(runs, target_group, out / "score_vs_val_loss.png", kept[target_group])
         files.append("score_vs_val_loss.png")
 
     fig, ax = plt.subplots(figsize=(6.5, 3.6))
@@ -255,7 +278,7 @@ def write_report(runs: List[Dict], out_dir: str, target_group: Optional[str] = N
     fig.savefig(out / "gamma_schedule.png", dpi=110)
     plt.close(fig)
 
-    rows = [{**summarize(run, target_group), "midpoint": run_midpoint(run)} for run in runs]
+    rows = [{**summarize(run, target_group, compared(runs, target_group)), "midpoint": run_midpoint(run)} for run in runs]
     if midpoint and midpoint["midpoint_epochs"] is not None:
         rows[[run["name"] for run in runs].index(baseline)]["midpoint"] = f"{midpoint['midpoint_epochs']:.2f} (proposed)"
     lines = [f"| run | best {target_group or 'target'} average | best epoch | min val loss | curriculum j0 (epoch) |",
@@ -280,13 +303,14 @@ def write_report(runs: List[Dict], out_dir: str, target_group: Optional[str] = N
             "notes": notes, "files": [str(out / f) for f in (*files, "gamma_schedule.png", "table.md")]}
 
 
-def draw_score_vs_loss(runs: List[Dict], target_group: str, path) -> None:
+def draw_score_vs_loss(runs: List[Dict], target_group: str, path, kept: Optional[set] = None) -> None:
     """Figure 1b: the ``target_group`` average against the all-token validation loss, one point
-    per evaluation that has both, in epoch order (a line joins them; the last is labelled)."""
+    per evaluation that has both (of ``kept``, ids of the evaluations ``compared`` keeps; all
+    when None), in epoch order (a line joins them; the last is labelled)."""
     fig, ax = plt.subplots(figsize=(5.5, 4))
     for run in runs:
         points = [(e["val_loss"]["all"], e["groups"][target_group], e["target_epoch"]) for e in run["evals"]
-                  if "val_loss" in e and target_group in e.get("groups", {})]
+                  if "val_loss" in e and target_group in e.get("groups", {}) and (kept is None or id(e) in kept)]
         if points:
             loss, score, epochs = zip(*points)
             line, = ax.plot(loss, score, marker="o", alpha=0.8, label=run["name"])
@@ -394,7 +418,8 @@ def write_entropy_sample(config_path: str, index: int, out: Path) -> Path:
 def seed_spread(runs: Dict[str, Dict], pairs: Sequence[Sequence[str]], target_group: str) -> Dict[str, float]:
     """How far apart noise alone puts two runs: over ``pairs`` of run names (one setting, two
     seeds), the largest difference in minimum validation loss and in best ``target_group`` average."""
-    rows = {name: summarize(runs[name], target_group) for pair in pairs for name in pair}
+    kept = compared(list(runs.values()), target_group)
+    rows = {name: summarize(runs[name], target_group, kept) for pair in pairs for name in pair}
     widest = lambda key: max((abs(rows[a][key] - rows[b][key]) for a, b in pairs  # noqa: E731
                               if rows[a][key] is not None and rows[b][key] is not None), default=None)
     return {"min_val_loss": widest("min_val_loss"), "best_average": widest("best_average")}
@@ -405,12 +430,13 @@ def comparison_table(runs: Dict[str, Dict], rows: Sequence[Sequence[str]], targe
     """A markdown table, one ``(label, run name)`` a row: best epoch, minimum validation loss and
     best ``target_group`` average, each difference from ``baseline`` beside it, and the seed
     spread (``seed_spread``) under it, so a reader can tell an effect from noise."""
-    base = summarize(runs[baseline], target_group)
+    kept = compared(list(runs.values()), target_group)
+    base = summarize(runs[baseline], target_group, kept)
     delta = lambda value, ref, digits: "-" if value is None or ref is None else f"{value - ref:+.{digits}f}"  # noqa: E731
     lines = [f"| run | best epoch | min val loss | vs {baseline} | best {target_group} average | vs {baseline} |",
              "|---|---|---|---|---|---|"]
     for label, name in rows:
-        r = summarize(runs[name], target_group)
+        r = summarize(runs[name], target_group, kept)
         lines.append(f"| {label} | {_fmt(r['best_epoch'], 2)} | {_fmt(r['min_val_loss'], 4)} | "
                      f"{delta(r['min_val_loss'], base['min_val_loss'], 4)} | {_fmt(r['best_average'], 3)} | "
                      f"{delta(r['best_average'], base['best_average'], 3)} |")
