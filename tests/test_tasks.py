@@ -20,7 +20,7 @@ from lm_eval.tasks import TaskManager
 
 from entrodrop.evaluation import check_tasks, runs_model_code
 from entrodrop.task_checks import check_metrics, check_packages, task_metrics
-from entrodrop.tasks.livecodebench import decode_tests, extract_code, pass_at_1, prompt, run_tests
+from entrodrop.tasks.livecodebench import decode_tests, extract_code, prompt, run_tests, sandbox
 from entrodrop.tasks.math_answers import (
     boxed_answer,
     college_math_score,
@@ -117,7 +117,7 @@ LOCAL = {  # task -> (problems, the split it reads, overrides to read a local JS
     "college_math": (COLLEGE_MATH, "test", {}, "acc"),
     "olympiadbench_oe_to_maths_en_comp": (OLYMPIADBENCH, "train", {"dataset_path": "json", "dataset_name": None},
                                           "acc"),
-    "livecodebench_v1": (LIVECODEBENCH, "test", {}, "pass@1"),
+    "livecodebench_v1": (LIVECODEBENCH, "test", {}, "pass@1,sandbox"),
 }
 # Subsets run only within their group's local copy (which lists the local subsets instead).
 SUBSETS = {"olympiadbench_oe_to_physics_zh_cee": (OLYMPIADBENCH_ZH, "train",
@@ -153,7 +153,8 @@ def test_shipped_task_runs_on_a_local_copy_of_its_data(task, task_manager, monke
     out = lm_eval.simple_evaluate(model=lm, tasks=[f"{task}_local"], log_samples=False, confirm_run_unsafe_code=True,
                                   task_manager=task_manager)
     result = out["results"][f"{task}_local"]
-    assert result[f"{LOCAL[task][3]},none"] == 0.5, result
+    metric = LOCAL[task][3] if "," in LOCAL[task][3] else f"{LOCAL[task][3]},none"
+    assert result[metric] == 0.5, result
     assert len(lm.prompts) == 2
     if task == "svamp":  # four worked shots, then the problem
         assert lm.prompts[0].count("Let's think step by step") == 5 and lm.prompts[0].endswith("Answer:")
@@ -179,10 +180,10 @@ def test_olympiadbench_is_the_unweighted_mean_of_its_subsets(task_manager, monke
 
 def test_every_shipped_task_is_registered(task_manager):
     assert {"svamp", "college_math", "olympiadbench", "livecodebench_v1",
-            "humaneval_likelihood", "humaneval_pass1"} <= set(task_manager.all_tasks)
+            "humaneval_likelihood", "humaneval_pass1", "humaneval_sandbox", "mbpp_sandbox"} <= set(task_manager.all_tasks)
 
 
-METRICS = {"svamp": "acc,none", "humaneval_likelihood": "logprob_per_char,none", "livecodebench_v1": "pass@1,none"}
+METRICS = {"svamp": "acc,none", "humaneval_likelihood": "logprob_per_char,none", "livecodebench_v1": "pass@1,sandbox"}
 
 
 def test_task_settings_are_checked_at_start_up(task_manager):
@@ -292,4 +293,4 @@ def test_livecodebench_runner_passes_right_code_and_fails_wrong_slow_or_crashing
 def test_livecodebench_refuses_to_run_code_unless_allowed(monkeypatch):
     monkeypatch.delenv("HF_ALLOW_CODE_EVAL", raising=False)
     with pytest.raises(RuntimeError, match="allow_code_execution"):
-        pass_at_1(LIVECODEBENCH[0], ["print(3)"])
+        sandbox([["print(3)"]], [LIVECODEBENCH[0]])

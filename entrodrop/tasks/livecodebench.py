@@ -3,23 +3,22 @@
 The protocol is LiveCodeBench's own: the problem statement, then either the starter code to
 complete (LeetCode, ``functional`` tests: call ``Solution().<func_name>(*args)``, one JSON
 argument per input line) or an instruction to read stdin and write stdout (AtCoder and
-Codeforces, ``stdin`` tests: compare output lines, tokens as numbers when they differ as text).
-A problem passes when all its public and private tests pass. The generated code runs in a child
-process (``livecodebench_check.py``), and only when the run allows code execution.
+Codeforces, ``stdin`` tests: compare output lines, tokens as exact decimals when they differ as
+text; no other tolerance, LiveCodeBench's rule). A problem passes when all its public and private
+tests pass. The generated code runs in the sandbox (``entrodrop.code_runner``), only when the run
+allows code execution, and the outputs are compared outside it.
 """
 
 import base64
 import json
-import os
 import pickle
-import subprocess
-import sys
-import tempfile
 import zlib
-from pathlib import Path
 from typing import List
 
-CHECKER = Path(__file__).with_name("livecodebench_check.py")
+from entrodrop.code_runner import Limits, passed, run, run_all, same_stdout, same_value
+from entrodrop.sandbox_child import encode
+from entrodrop.tasks.code_tasks import FAIL, PASS, SKIPPED, allowed, code_workers, first_rank
+
 TEST_TIMEOUT = 6.0  # seconds per test, LiveCodeBench's own limit
 
 
@@ -56,25 +55,30 @@ def decode_tests(encoded: str) -> list:
         return json.loads(pickle.loads(zlib.decompress(base64.b64decode(encoded.encode()))))
 
 
+def job_and_expected(code: str, tests: list, func_name: str):
+    """The sandbox job of one problem's tests, their expected outputs, and how to compare them."""
+    if any(t.get("testtype") == "functional" for t in tests):
+        inputs = [[json.loads(line) for line in t["input"].split("\n") if line.strip()] for t in tests]
+        job = {"kind": "functional", "code": code, "func_name": func_name, "inputs": inputs}
+        return job, [encode(json.loads(t["output"])) for t in tests], same_value
+    return {"kind": "stdin", "code": code, "inputs": [t["input"] for t in tests]}, [t["output"] for t in tests], same_stdout
+
+
 def run_tests(code: str, tests: list, func_name: str, timeout: float = TEST_TIMEOUT) -> bool:
-    """True when ``code`` passes every test, run by the checker in a child process inside a
-    temporary directory; the verdict comes back in a file there, not on the solution's stdout."""
-    with tempfile.TemporaryDirectory() as tmp:
-        verdict = Path(tmp) / "verdict.json"
-        job = json.dumps({"code": code, "tests": tests, "func_name": func_name, "timeout": timeout,
-                          "verdict": str(verdict)})
-        try:
-            subprocess.run([sys.executable, str(CHECKER)], input=job, capture_output=True, text=True, cwd=tmp,
-                           timeout=timeout * len(tests) + 10)
-            return json.loads(verdict.read_text())["passed"] is True
-        except (subprocess.TimeoutExpired, OSError, ValueError, KeyError):
-            return False  # killed, exited early or left no verdict: not a pass
+    """True when ``code`` passes every test, run in the sandbox (``entrodrop.code_runner``): the
+    child reports its outputs, and they are compared here, where the program cannot reach."""
+    job, expected, compare = job_and_expected(code, tests, func_name)
+    return passed(run(job, Limits(timeout_s=timeout)), expected, compare)
 
 
-def pass_at_1(doc: dict, results: List[str]) -> dict:
-    """pass@1 of the greedy completion on all the problem's tests."""
-    if os.environ.get("HF_ALLOW_CODE_EVAL") != "1":
-        raise RuntimeError("livecodebench_v1 executes generated code: set evaluation.lm_eval.allow_code_execution")
-    tests = decode_tests(doc["public_test_cases"]) + decode_tests(doc["private_test_cases"])
-    func_name = json.loads(doc["metadata"] or "{}").get("func_name", "")
-    return {"pass@1": float(run_tests(extract_code(results[0]), tests, func_name))}
+def sandbox(resps: List[List[str]], docs: List[dict]) -> List[str]:
+    """lm-eval's filter: every greedy completion's code run on all its problem's public and
+    private tests, ``code_workers`` at a time, each response replaced by its verdict."""
+    allowed()
+    if not first_rank():
+        return [SKIPPED for _ in docs]
+    problems = [job_and_expected(extract_code(r[0]), decode_tests(d["public_test_cases"])
+                                 + decode_tests(d["private_test_cases"]),
+                                 json.loads(d["metadata"] or "{}").get("func_name", "")) for r, d in zip(resps, docs)]
+    runs = run_all([job for job, _, _ in problems], Limits(timeout_s=TEST_TIMEOUT), code_workers())
+    return [PASS if passed(result, expected, compare) else FAIL for result, (_, expected, compare) in zip(runs, problems)]

@@ -1,0 +1,76 @@
+"""HumanEval and MBPP scored in the sandbox (``entrodrop.code_runner``), as lm-eval filters.
+
+lm-eval hands a task's custom filter every response at once: ``humaneval_sandbox`` and
+``mbpp_sandbox`` run them all there, ``code_workers`` at a time, and replace each response with
+its verdict (one string a document, as lm-eval's take_first leaves it), which ``pass_at_1`` reads. The prompts and the code each benchmark takes from a
+response stay lm-eval's: HumanEval's prompt followed by the completion, MBPP's raw completion.
+A test passes when the values its assertions compare equal, by value and type, those of the
+benchmark's reference solution (``canonical_solution``, MBPP's ``code``) run the same way.
+
+Only the first rank runs code: with N processes every rank runs lm-eval alike, and only rank
+0's scores are recorded; the others get ``skipped``.
+"""
+
+import json
+import os
+from typing import Dict, List
+
+from entrodrop.code_runner import Limits, holds, passed, run_all, same_record
+
+PASS, FAIL, SKIPPED = "passed", "failed", "skipped"
+REFERENCES: Dict[str, List] = {}  # a reference job (JSON) -> its outputs
+LIMITS = Limits(timeout_s=5.0)  # HumanEval's own per-problem timeout
+
+
+def allowed() -> None:
+    """Refuse unless the run allowed code execution (the recipes set this from the config)."""
+    if os.environ.get("HF_ALLOW_CODE_EVAL") != "1":
+        raise RuntimeError("this task executes generated code: set evaluation.lm_eval.allow_code_execution")
+
+
+def code_workers() -> int:
+    """Programs run at once (``evaluation.lm_eval.code_workers``, passed by the recipe)."""
+    return int(os.environ.get("ENTRODROP_CODE_WORKERS", "1"))
+
+
+def first_rank() -> bool:
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def verdicts(candidates: List[str], references: List[str], tests: List[str], calls: List[str]) -> List[str]:
+    """``passed`` or ``failed`` for each candidate program, against its reference's outputs (run
+    once a process: every checkpoint of an evaluation compares with the same ones)."""
+    jobs = [{"kind": "asserts", "code": code, "tests": test, "call": call}
+            for code, test, call in zip(candidates + references, tests + tests, calls + calls)]
+    mine, theirs = jobs[: len(candidates)], jobs[len(candidates) :]
+    todo = [job for job in theirs if json.dumps(job) not in REFERENCES]
+    for job, reference in zip(todo, run_all(todo, LIMITS, code_workers())):
+        if reference.error is not None or not all(map(holds, reference.outputs)):
+            raise RuntimeError(f"a reference solution fails its own tests in the sandbox: {reference.error}")
+        REFERENCES[json.dumps(job)] = reference.outputs
+    return [PASS if passed(candidate, REFERENCES[json.dumps(job)], same_record) else FAIL
+            for candidate, job in zip(run_all(mine, LIMITS, code_workers()), theirs)]
+
+
+def humaneval_sandbox(resps: List[List[str]], docs: List[Dict]) -> List[str]:
+    """HumanEval: the prompt and the completion, then ``check(<entry point>)``."""
+    allowed()
+    if not first_rank():
+        return [SKIPPED for _ in docs]
+    return verdicts([d["prompt"] + r[0] for r, d in zip(resps, docs)],
+                                  [d["prompt"] + d["canonical_solution"] for d in docs],
+                                  [d["test"] for d in docs], [f"check({d['entry_point']})" for d in docs])
+
+
+def mbpp_sandbox(resps: List[List[str]], docs: List[Dict]) -> List[str]:
+    """MBPP: the completion, then the problem's three assertions."""
+    allowed()
+    if not first_rank():
+        return [SKIPPED for _ in docs]
+    return verdicts([r[0] for r in resps], [d["code"] for d in docs],
+                                  ["\n".join(d["test_list"]) for d in docs], ["" for _ in docs])
+
+
+def pass_at_1(doc: Dict, results: List[str]) -> Dict[str, float]:
+    """pass@1 of the greedy completion, from its sandbox verdict."""
+    return {"pass@1": float(results[0] == PASS)}
