@@ -104,12 +104,12 @@ def safetensors_problem(path: Path) -> Optional[str]:
         if len(head) < 8:
             return f"too short to be a safetensors file ({size} bytes)"
         if length > _MAX_HEADER_BYTES:
-            return f"not a safetensors file (its first 8 bytes are no header length)"
+            return "not a safetensors file (its first 8 bytes are no header length)"
         raw = f.read(length)  # kilobytes in a real checkpoint
     if len(raw) < length:
         if raw[:1] in (b"{", b""):
             return f"truncated ({size:,} bytes, shorter than its {8 + length:,}-byte header)"
-        return f"not a safetensors file (its first 8 bytes are no header length)"
+        return "not a safetensors file (its first 8 bytes are no header length)"
     try:
         header = json.loads(raw)
         end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)

@@ -338,6 +338,14 @@ def task_index(lm_eval_cfg):
     return task_manager
 
 
+def allow_code(lm_eval_cfg) -> None:
+    """What lm-eval's code tasks and the sandboxed ones read from the environment: whether code
+    may run (``allow_code_execution``) and how many programs at once (``code_workers``)."""
+    if lm_eval_cfg.allow_code_execution:
+        os.environ["HF_ALLOW_CODE_EVAL"] = "1"
+    os.environ["ENTRODROP_CODE_WORKERS"] = str(lm_eval_cfg.code_workers)
+
+
 class Evaluator:
     """One evaluation point of a run: entropy-bucket validation and lm-eval task groups, with
     nothing perturbed. The caller puts the model in eval mode and turns its perturbations off;

@@ -21,7 +21,6 @@ processes train on exactly what one process would.
 """
 
 import math
-import os
 import sys
 import time
 from dataclasses import replace
@@ -42,6 +41,7 @@ from entrodrop.checkpointing import HFCheckpointer, latest_checkpoint
 from entrodrop.config_check import plain
 from entrodrop.evaluation import (
     Evaluator,
+    allow_code,
     crossed_multiple,
     evaluation_due,
     open_validation,
@@ -304,8 +304,7 @@ class EntroDropRecipeDistributed:
         if self._task_manager:
             from entrodrop.lm_eval_adapter import TorchtuneLM  # imports lm-eval: only when tasks are set
 
-            if ev.lm_eval.allow_code_execution:
-                os.environ["HF_ALLOW_CODE_EVAL"] = "1"  # what lm-eval's code tasks check
+            allow_code(ev.lm_eval)
             lm = TorchtuneLM(self._model, config.instantiate(cfg.tokenizer), self._device, ev.lm_eval.max_seq_len,
                              ev.lm_eval.batch_size, ev.lm_eval.max_gen_toks, distributed=True,
                              generation_batch_size=ev.lm_eval.generation_batch_size,

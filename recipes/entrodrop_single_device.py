@@ -17,7 +17,6 @@ The distributed recipe (recipes/entrodrop_distributed.py) is a deliberate copy w
 """
 
 import math
-import os
 import sys
 import time
 from dataclasses import replace
@@ -36,6 +35,7 @@ from entrodrop.checkpointing import HFCheckpointer, latest_checkpoint
 from entrodrop.config_check import plain
 from entrodrop.evaluation import (
     Evaluator,
+    allow_code,
     crossed_multiple,
     evaluation_due,
     open_validation,
@@ -267,8 +267,7 @@ class EntroDropRecipeSingleDevice:
         if self._task_manager:
             from entrodrop.lm_eval_adapter import TorchtuneLM  # imports lm-eval: only when tasks are set
 
-            if ev.lm_eval.allow_code_execution:
-                os.environ["HF_ALLOW_CODE_EVAL"] = "1"  # what lm-eval's code tasks check
+            allow_code(ev.lm_eval)
             lm = TorchtuneLM(self._model, config.instantiate(cfg.tokenizer), self._device, ev.lm_eval.max_seq_len,
                              ev.lm_eval.batch_size, ev.lm_eval.max_gen_toks, distributed=False,
                              generation_batch_size=ev.lm_eval.generation_batch_size,

@@ -34,7 +34,7 @@ from torchtune import config, training, utils
 
 from entrodrop import schemas
 from entrodrop.checkpointing import CheckpointError, HFCheckpointer, damaged_weights
-from entrodrop.evaluation import Evaluator, open_validation, record_evaluation, task_index, task_scoring
+from entrodrop.evaluation import Evaluator, allow_code, open_validation, record_evaluation, task_index, task_scoring
 from entrodrop.models.hf_config import check_matches_checkpoint
 from entrodrop.offline import decided_on_rank_zero, hf_lm, log_task_sizes
 from entrodrop.run_dir import checkpoint_progress, checkpoints_to_score
@@ -80,8 +80,7 @@ class EvaluateRecipe:
             return
         if task_manager and self._rank == 0:
             log_task_sizes(self._tasks, task_manager, ev.lm_eval.limit, ev.lm_eval.max_gen_toks)
-        if ev.lm_eval.allow_code_execution:
-            os.environ["HF_ALLOW_CODE_EVAL"] = "1"  # what lm-eval's code tasks check
+        allow_code(ev.lm_eval)
         self._model_type = cfg.model_type
         self._model = None
         if validation or (self._backend == "torchtune" and task_manager):
