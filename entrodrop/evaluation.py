@@ -28,9 +28,12 @@ import torch.nn.functional as F
 from entrodrop.config_check import raise_problems
 from entrodrop.loader import IGNORE_INDEX, TARGET, block_causal_mask, check_join, pack_rows
 from entrodrop.sample_store import SampleStore
-from entrodrop.task_checks import check_metrics, check_packages
+from entrodrop.task_checks import check_metrics, check_packages, members
 
 LOW_FRACTION, HIGH_FRACTION = 0.5, 0.25
+TASKS_DIR = Path(__file__).resolve().parent / "tasks"
+# The sandboxed tasks in TASKS_DIR, for lm-eval's code tasks.
+SANDBOXED = "humaneval_sandbox, mbpp_sandbox, livecodebench_v1 (or humaneval_pass1 offline)"
 # The prompts of a record that does not say: lm-eval's plain text, no chat template.
 PLAIN_PROMPTS = {"apply_chat_template": False, "system_instruction": None, "enable_thinking": None}
 BUCKETS = ("all", "low", "high")
@@ -293,6 +296,13 @@ def runs_model_code(task_manager, spec, depth: int = 8) -> bool:
     return any(runs_model_code(task_manager, m, depth - 1) for m in (members if isinstance(members, list) else [members]))
 
 
+def sandboxed(config: Dict) -> bool:
+    """Whether a task (an lm-eval config, includes merged) runs no code or scores in the sandbox:
+    its results come from ``entrodrop/tasks/code_tasks.py``, whose filters run the programs."""
+    return (not config.get("unsafe_code") or "group" in config
+            or str(config.get("process_results", "")).startswith(str(TASKS_DIR / "code_tasks.")))
+
+
 def check_tasks(task_groups: Dict[str, List[str]], target_group: str, task_manager,
                 allow_code_execution: bool, metrics: Dict[str, str]) -> List[str]:
     """Every problem with the configured lm-eval tasks, as ``"key=value: why"`` lines, so a run
@@ -315,6 +325,11 @@ def check_tasks(task_groups: Dict[str, List[str]], target_group: str, task_manag
     if unsafe and not allow_code_execution:
         problems.append(f"evaluation.lm_eval.allow_code_execution=False, but {unsafe} execute model-written code: "
                         "set it to True or remove them")
+    # Code runs only in the project's sandbox (entrodrop.code_runner), which its own tasks use.
+    outside = [name for name in unsafe if not all(sandboxed(e.cfg or {}) for e in members(task_manager, name))]
+    if outside:
+        problems.append(f"evaluation.lm_eval.tasks: {outside} run model-written code outside the sandbox (lm-eval's "
+                        f"own runner forks the process that holds the model, unguarded): use {SANDBOXED} instead")
     fine = {group: [t for t in tasks if t in known and task_manager.task_index[t].kind.name != "TAG"]
             for group, tasks in task_groups.items()}
     problems += check_metrics(fine, metrics, task_manager)

@@ -197,6 +197,14 @@ def test_task_settings_are_checked_at_start_up(task_manager):
     assert runs_model_code(task_manager, "livecodebench_v1_local")  # marked in the YAML it includes
     assert runs_model_code(task_manager, "humaneval_infilling")  # a group of lm-eval's unsafe tasks
     assert not runs_model_code(task_manager, "svamp") and not runs_model_code(task_manager, "mmlu")
+    # Code runs only in the sandbox: lm-eval's own code tasks are refused, the local copies of ours are not.
+    sandboxed = {"code": ["humaneval_sandbox", "mbpp_sandbox", "livecodebench_v1_local", "humaneval_pass1"]}
+    metrics = {"humaneval": "pass@1,create_test", **{t: "pass@1,sandbox" for t in sandboxed["code"]}}
+    assert check_tasks(sandboxed, "code", task_manager, True, metrics) == []
+    assert check_tasks({"code": ["humaneval"]}, "code", task_manager, True, metrics) == [
+        "evaluation.lm_eval.tasks: ['humaneval'] run model-written code outside the sandbox (lm-eval's own runner forks "
+        "the process that holds the model, unguarded): use humaneval_sandbox, mbpp_sandbox, livecodebench_v1 (or "
+        "humaneval_pass1 offline) instead"]
     assert check_tasks({"general": ["ai2_arc"]}, "general", task_manager, True, METRICS) == [
         "evaluation.lm_eval.tasks.general: 'ai2_arc' is an lm-eval tag; list its tasks instead"]
 
