@@ -44,7 +44,7 @@ $(GPU_INSTALLED): $(INSTALLED)
 test-gpu: $(ASSETS) $(GPU_INSTALLED)
 	@$(PY) -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else \
 	  f'make test-gpu: torch {torch.__version__} sees no CUDA GPU (its CUDA build: {torch.version.cuda}); it needs one, and a CUDA build of torch')"
-	$(PY) -m pytest -m gpu
+	$(PY) -m pytest -m gpu -n 0
 
 # FULL=1 make demo: the longer version.
 demo: $(ASSETS)

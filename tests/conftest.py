@@ -23,6 +23,11 @@ TUNE = str(Path(sys.executable).parent / "tune")
 GPU_TESTS_ON_CPU = os.environ.get("GPU_TESTS_ON_CPU") == "1"
 
 
+# Every torchrun the tests start (tune run --nproc_per_node N, in a recipe header or a script)
+# meets on a free port, not the default 29500: test files run side by side (pytest-xdist).
+os.environ["PET_STANDALONE"] = "1"
+
+
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available() or GPU_TESTS_ON_CPU:
         return
