@@ -182,6 +182,24 @@ def _batch_split(cfg: DictConfig) -> List[str]:
     return []
 
 
+# The optimizer's values torch checks only once the model has loaded, by its keyword name.
+OPTIMIZER_VALUES = {"lr": positive_number(),
+                    "weight_decay": lambda v: None if positive_number()(v) is None or v == 0 else "must be a number >= 0",
+                    "eps": positive_number(), "momentum": number_in(0, 1)}
+
+
+def _optimizer_values(cfg: DictConfig) -> List[str]:
+    """The optimizer's learning rate, weight decay, eps, momentum and betas, named by their key:
+    torch would refuse them after the model has loaded (an 8B model's weights), without the key."""
+    opt = cfg.optimizer
+    problems = [f"optimizer.{key}={opt[key]!r}: {why}" for key, check in OPTIMIZER_VALUES.items()
+                if key in opt for why in [check(opt[key])] if why]
+    betas = opt.get("betas")
+    if betas is not None and (len(betas) != 2 or any(number_in(0, 1, high_open=True)(b) for b in betas)):
+        problems.append(f"optimizer.betas={list(betas)!r}: must be two numbers in [0, 1)")
+    return problems
+
+
 def _entropy_needed(cfg: DictConfig) -> List[str]:
     td = cfg.token_dropout
     if cfg.data.target_entropy is None and td.schedule != "none" and td.targeting != "random":
@@ -218,6 +236,7 @@ def _auto_midpoint(cfg: DictConfig) -> List[str]:
 TRAINING_RULES: List[Rule] = [
     (["checkpointer"], _checkpoint_dir),
     (["global_batch_size", "gradient_accumulation_steps"], _batch_split),
+    (["optimizer"], _optimizer_values),
     (["data.target_entropy", "token_dropout.schedule", "token_dropout.targeting"], _entropy_needed),
     (["evaluation.validation.target_tokens", "evaluation.validation.target_entropy"], _validation_pair),
     (["token_dropout.midpoint", "token_dropout.schedule", "evaluation.validation.target_tokens",

@@ -58,6 +58,19 @@ def test_every_missing_unknown_and_invalid_key_is_listed_together():
     assert len(problems) == len(expected), problems
 
 
+@pytest.mark.parametrize("overrides, expected", [
+    (["optimizer.lr=-1e-3"], ["optimizer.lr=-0.001: must be a positive number"]),
+    (["optimizer.lr=abc", "optimizer.weight_decay=-0.1"],
+     ["optimizer.lr='abc': must be a positive number", "optimizer.weight_decay=-0.1: must be a number >= 0"]),
+    (["optimizer.betas=[0.9,1.5]"], ["optimizer.betas=[0.9, 1.5]: must be two numbers in [0, 1)"]),
+    (["optimizer.lr=2e-5", "optimizer.weight_decay=0.1"], []),
+])
+def test_optimizer_values_are_checked_by_key_before_the_model_loads(overrides, expected):
+    """torch refuses these only once the model has loaded, and never names the key."""
+    cfg = OmegaConf.merge(OmegaConf.load(TINY_TRAINING), OmegaConf.from_dotlist(overrides))
+    assert training_problems(cfg) == expected
+
+
 def test_a_rule_is_skipped_when_its_keys_are_already_wrong():
     cfg = OmegaConf.load(TINY_TRAINING)
     cfg.global_batch_size = 0
