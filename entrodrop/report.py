@@ -119,10 +119,9 @@ def compared(runs: List[Dict], group: str) -> List[Dict]:
     return [e for run in runs for e in run["evals"] if id(e) in chosen]
 
 
-def left_out_note(runs: List[Dict], group: str) -> Optional[str]:
-    """What ``compared`` leaves out of ``group``, or None."""
+def left_out_note(runs: List[Dict], group: str, kept: List[Dict]) -> Optional[str]:
+    """What ``compared`` left out of ``group`` (it kept ``kept``), or None."""
     scored = [e for run in runs for e in run["evals"] if group in e.get("groups", {})]
-    kept = compared(runs, group)
     if len(kept) == len(scored):
         return None
     made_of = kept[-1].get("metrics", {}).get(group) or "tasks with unrecorded metrics"
@@ -217,9 +216,10 @@ def write_report(runs: List[Dict], out_dir: str, target_group: Optional[str] = N
     color = {run["name"]: cycle[i % len(cycle)] for i, run in enumerate(runs)}  # one colour a run, in every plot
     midpoint = propose_midpoint(next(run for run in runs if run["name"] == baseline)) if baseline is not None else None
     groups = sorted({g for run in runs for e in run["evals"] for g in e.get("groups", {})})
-    kept = {group: {id(e) for e in compared(runs, group)} for group in groups}
+    shown = {group: compared(runs, group) for group in groups}
+    kept = {group: {id(e) for e in evals} for group, evals in shown.items()}
     notes = [note for note in map(epochless_note, runs) if note]
-    notes += [note for note in (left_out_note(runs, group) for group in groups) if note]
+    notes += [note for note in (left_out_note(runs, group, shown[group]) for group in groups) if note]
     for note in notes:
         log.warning(note)
 
@@ -278,7 +278,7 @@ def write_report(runs: List[Dict], out_dir: str, target_group: Optional[str] = N
     fig.savefig(out / "gamma_schedule.png", dpi=110)
     plt.close(fig)
 
-    rows = [{**summarize(run, target_group, compared(runs, target_group)), "midpoint": run_midpoint(run)} for run in runs]
+    rows = [{**summarize(run, target_group, shown.get(target_group, [])), "midpoint": run_midpoint(run)} for run in runs]
     if midpoint and midpoint["midpoint_epochs"] is not None:
         rows[[run["name"] for run in runs].index(baseline)]["midpoint"] = f"{midpoint['midpoint_epochs']:.2f} (proposed)"
     lines = [f"| run | best {target_group or 'target'} average | best epoch | min val loss | curriculum j0 (epoch) |",

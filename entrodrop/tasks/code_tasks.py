@@ -40,16 +40,16 @@ def first_rank() -> bool:
 def verdicts(candidates: List[str], references: List[str], tests: List[str], calls: List[str]) -> List[str]:
     """``passed`` or ``failed`` for each candidate program, against its reference's outputs (run
     once a process: every checkpoint of an evaluation compares with the same ones)."""
-    jobs = [{"kind": "asserts", "code": code, "tests": test, "call": call}
-            for code, test, call in zip(candidates + references, tests + tests, calls + calls)]
-    mine, theirs = jobs[: len(candidates)], jobs[len(candidates) :]
-    todo = [job for job in theirs if json.dumps(job) not in REFERENCES]
-    for job, reference in zip(todo, run_all(todo, LIMITS, code_workers())):
+    mine = [{"kind": "asserts", "code": code, "tests": test, "call": call}
+            for code, test, call in zip(candidates, tests, calls)]
+    keys = [json.dumps({**job, "code": code}) for job, code in zip(mine, references)]
+    todo = {key: json.loads(key) for key in keys if key not in REFERENCES}  # each reference once
+    for key, reference in zip(todo, run_all(list(todo.values()), LIMITS, code_workers())):
         if reference.error is not None or not all(map(holds, reference.outputs)):
             raise RuntimeError(f"a reference solution fails its own tests in the sandbox: {reference.error}")
-        REFERENCES[json.dumps(job)] = reference.outputs
-    return [PASS if passed(candidate, REFERENCES[json.dumps(job)], same_record) else FAIL
-            for candidate, job in zip(run_all(mine, LIMITS, code_workers()), theirs)]
+        REFERENCES[key] = reference.outputs
+    return [PASS if passed(candidate, REFERENCES[key], same_record) else FAIL
+            for candidate, key in zip(run_all(mine, LIMITS, code_workers()), keys)]
 
 
 def humaneval_sandbox(resps: List[List[str]], docs: List[Dict]) -> List[str]:
