@@ -21,6 +21,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torchtune.models import convert_weights
 
+from entrodrop.errors import EntroDropError
 from entrodrop.models.qwen3 import qwen3_hf_to_tune, qwen3_tune_to_hf
 
 StateDict = Dict[str, torch.Tensor]
@@ -83,7 +84,7 @@ def find_weight_files(checkpoint_dir: Path) -> List[str]:
     )
 
 
-class CheckpointError(ValueError):
+class CheckpointError(EntroDropError, ValueError):
     """A weight file that is not a whole safetensors file; the message names it and the fix."""
 
 

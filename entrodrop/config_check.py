@@ -25,10 +25,12 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
+from entrodrop.errors import EntroDropError
+
 Check = Callable[[Any], Optional[str]]  # value -> why it is invalid, or None
 
 
-class ConfigError(ValueError):
+class ConfigError(EntroDropError, ValueError):
     """A config with missing, unknown or invalid keys; the message lists all of them."""
 
 

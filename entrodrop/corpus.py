@@ -17,8 +17,10 @@ from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from entrodrop.errors import EntroDropError
 
-class CorpusError(ValueError):
+
+class CorpusError(EntroDropError, ValueError):
     """A corpus file that cannot be read as JSON lines with a text field."""
 
 

@@ -34,6 +34,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence
 import numpy as np
 
 from entrodrop.corpus import token_hash, token_hashes
+from entrodrop.errors import EntroDropError
 
 STORE_VERSION = 1
 MANIFEST = "manifest.json"
@@ -51,7 +52,7 @@ _HASH_BLOCK_TOKENS = 1 << 20  # read while hashing a shard: 4 MiB of int32, 8 Mi
 _MAX_SHARDS_NAMED = 5
 
 
-class CacheMismatchError(ValueError):
+class CacheMismatchError(EntroDropError, ValueError):
     """A store that was not computed from the model, tokenizer, corpus or length in use."""
 
 

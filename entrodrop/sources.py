@@ -42,6 +42,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 import numpy as np
 
 from entrodrop.corpus import CorpusError, read_corpus
+from entrodrop.errors import EntroDropError
 from entrodrop.sample_store import fingerprint_file
 
 STYLES = {"openai": ("role", "content"), "sharegpt": ("from", "value")}
@@ -52,7 +53,7 @@ SHUFFLE_BUFFER = 10_000  # rows in datasets' buffered shuffle of a streamed sour
 Rendered = Union[str, List[Tuple[str, str]]]  # a text, or (role, text) turns for the chat template
 
 
-class SourceError(ValueError):
+class SourceError(EntroDropError, ValueError):
     """A source that cannot be read, or rows that cannot become samples; names the corpus."""
 
 
