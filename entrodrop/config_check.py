@@ -161,6 +161,9 @@ def _component_problems(node: Any, spec: Component, path: str) -> List[str]:
 
 def _unknown(path: str, known: Sequence[str], renamed: Mapping[str, str]) -> str:
     key = path.rsplit(".", 1)[-1]
+    if key.startswith("+"):  # Hydra's "add a key"; torchtune's overrides take the key as it is
+        return (f"unknown key: {path} (drop the +: an override key=value sets a key whether or not the YAML "
+                "has it)")
     hint = f" (renamed: {renamed[path]})" if path in renamed else _closest(key, known)
     return f"unknown key: {path}{hint}"
 

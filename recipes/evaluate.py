@@ -32,7 +32,7 @@ import torch.distributed as dist
 from omegaconf import DictConfig
 from torchtune import config, training, utils
 
-from entrodrop import schemas
+from entrodrop import cli, schemas
 from entrodrop.checkpointing import CheckpointError, HFCheckpointer, damaged_weights
 from entrodrop.evaluation import Evaluator, allow_code, open_validation, record_evaluation, task_index, task_scoring
 from entrodrop.models.hf_config import check_matches_checkpoint
@@ -165,7 +165,7 @@ class EvaluateRecipe:
             dist.destroy_process_group()
 
 
-@config.parse
+@cli.parse
 def recipe_main(cfg: DictConfig) -> None:
     recipe = EvaluateRecipe(cfg)
     recipe.setup(cfg)

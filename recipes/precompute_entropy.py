@@ -26,7 +26,7 @@ from omegaconf import DictConfig
 from torchtune import config, training, utils
 from tqdm import tqdm
 
-from entrodrop import schemas
+from entrodrop import cli, schemas
 from entrodrop.entropy import shard_entropies
 from entrodrop.sample_store import SampleStore, SampleStoreWriter, entropy_cache_key, sample_table
 from entrodrop.models.hf_config import check_matches_checkpoint
@@ -111,7 +111,7 @@ class PrecomputeEntropyRecipe:
             dist.destroy_process_group()
 
 
-@config.parse
+@cli.parse
 def recipe_main(cfg: DictConfig) -> None:
     recipe = PrecomputeEntropyRecipe(cfg)
     recipe.setup(cfg)

@@ -23,7 +23,7 @@ from omegaconf import DictConfig
 from torchtune import config, training, utils
 from torchtune.modules import TransformerSelfAttentionLayer
 
-from entrodrop import schemas
+from entrodrop import cli, schemas
 from entrodrop.models.hf_config import check_matches_checkpoint
 
 log = utils.get_logger("INFO")
@@ -98,7 +98,7 @@ class SmokeRecipe:
             dist.destroy_process_group()
 
 
-@config.parse
+@cli.parse
 def recipe_main(cfg: DictConfig) -> None:
     recipe = SmokeRecipe(cfg)
     recipe.setup(cfg)

@@ -23,7 +23,7 @@ import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 from torchtune import config, utils
 
-from entrodrop import schemas
+from entrodrop import cli, schemas
 from entrodrop.sample_store import store_key
 from entrodrop.corpus import CorpusError
 from entrodrop.sources import SourceError, plan_corpus
@@ -32,7 +32,7 @@ from entrodrop.token_stores import write_token_store
 log = utils.get_logger("INFO")
 
 
-@config.parse
+@cli.parse
 def recipe_main(cfg: DictConfig) -> None:
     schemas.check(cfg, schemas.TOKENIZE, schemas.TOKENIZE_RULES, "tokenize")
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1

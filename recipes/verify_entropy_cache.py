@@ -17,13 +17,13 @@ import sys
 from omegaconf import DictConfig
 from torchtune import config, utils
 
-from entrodrop import schemas
+from entrodrop import cli, schemas
 from entrodrop.sample_store import SAMPLES, CacheMismatchError, SampleStore, entropy_cache_key, mismatches
 
 log = utils.get_logger("INFO")
 
 
-@config.parse
+@cli.parse
 def recipe_main(cfg: DictConfig) -> None:
     schemas.check(cfg, schemas.PRECOMPUTE, schemas.PRECOMPUTE_RULES, "precompute")
     cache = SampleStore(cfg.cache_dir, "entropy")
