@@ -200,6 +200,67 @@ def _optimizer_values(cfg: DictConfig) -> List[str]:
     return problems
 
 
+def model_max_seq_len(model_cfg: DictConfig) -> Optional[int]:
+    """The longest sequence the model of ``model_cfg`` takes (its RoPE table's length), read from
+    the model built on the meta device: no weight is allocated, and a builder without a
+    ``max_seq_len`` argument (``qwen3_0_6b``, ``llama3_1_8b``) is read too. None if it has none."""
+    import torch
+    from torchtune import config
+
+    with torch.device("meta"):
+        model = config.instantiate(model_cfg)
+    return getattr(model, "max_seq_len", None)
+
+
+def _lengths_fit(lengths: Mapping[str, Optional[int]], model_cfg: DictConfig) -> List[str]:
+    """Each of ``lengths`` (config key -> tokens; None: not read) within the model's max_seq_len:
+    a longer row fails only at its first forward pass, after the weights have loaded."""
+    read = {key: n for key, n in lengths.items() if n is not None}
+    limit = model_max_seq_len(model_cfg) if read else None
+    return [f"{key}={n} is longer than the model's max_seq_len={limit} ({model_cfg._component_}): set {key} <= {limit}"
+            for key, n in read.items() if limit is not None and n > limit]
+
+
+def _training_lengths(cfg: DictConfig) -> List[str]:
+    ev = cfg.evaluation.lm_eval
+    return _lengths_fit({"data.seq_len": cfg.data.seq_len,
+                         "evaluation.lm_eval.max_seq_len": ev.max_seq_len if any(ev.tasks.values()) else None},
+                        cfg.model)
+
+
+def _evaluate_lengths(cfg: DictConfig) -> List[str]:
+    ev = cfg.evaluation
+    return _lengths_fit({"evaluation.validation.seq_len": ev.validation.seq_len if ev.validation.target_tokens else None,
+                         "evaluation.lm_eval.max_seq_len": ev.lm_eval.max_seq_len
+                         if cfg.backend == "torchtune" and any(ev.lm_eval.tasks.values()) else None}, cfg.model)
+
+
+# The tokenizer arguments that name a file (Qwen3's vocab, merges and special tokens; Llama 3's
+# tiktoken model): checked at start-up, as a missing one fails only when the tokenizer is built.
+TOKENIZER_FILES = ("path", "merges_file", "special_tokens_path")
+
+
+def _missing_files(cfg: DictConfig, tokenizer_read: bool, include_path: Optional[str] = None) -> List[str]:
+    """The tokenizer's files (when the recipe builds it) and lm-eval's ``include_path`` that do not exist."""
+    problems = [f"tokenizer.{key}={cfg.tokenizer[key]} does not exist" for key in TOKENIZER_FILES
+                if tokenizer_read and isinstance(cfg.tokenizer.get(key), str) and not Path(cfg.tokenizer[key]).is_file()]
+    if include_path is not None and not Path(include_path).is_dir():
+        problems.append(f"evaluation.lm_eval.include_path={include_path} is not a directory (of lm-eval task YAMLs)")
+    return problems
+
+
+def _training_files(cfg: DictConfig) -> List[str]:
+    ev = cfg.evaluation.lm_eval  # the tokenizer is built for the lm-eval tasks only
+    tasks = any(ev.tasks.values())
+    return _missing_files(cfg, tasks, ev.include_path if tasks else None)
+
+
+def _evaluate_files(cfg: DictConfig) -> List[str]:
+    ev = cfg.evaluation.lm_eval
+    tasks = any(ev.tasks.values())
+    return _missing_files(cfg, tasks and cfg.backend == "torchtune", ev.include_path if tasks else None)
+
+
 def _entropy_needed(cfg: DictConfig) -> List[str]:
     td = cfg.token_dropout
     if cfg.data.target_entropy is None and td.schedule != "none" and td.targeting != "random":
@@ -237,6 +298,8 @@ TRAINING_RULES: List[Rule] = [
     (["checkpointer"], _checkpoint_dir),
     (["global_batch_size", "gradient_accumulation_steps"], _batch_split),
     (["optimizer"], _optimizer_values),
+    (["model", "data.seq_len", "evaluation.lm_eval"], _training_lengths),
+    (["tokenizer", "evaluation.lm_eval"], _training_files),
     (["data.target_entropy", "token_dropout.schedule", "token_dropout.targeting"], _entropy_needed),
     (["evaluation.validation.target_tokens", "evaluation.validation.target_entropy"], _validation_pair),
     (["token_dropout.midpoint", "token_dropout.schedule", "evaluation.validation.target_tokens",
@@ -289,6 +352,8 @@ EVALUATE_RULES: List[Rule] = [
     (["evaluation.validation.target_tokens", "evaluation.validation.target_entropy"], _validation_pair),
     (["evaluation.validation.target_tokens", "evaluation.lm_eval.tasks"], _something_to_score),
     (["backend"], _one_process_backend),
+    (["model", "backend", "evaluation.validation", "evaluation.lm_eval"], _evaluate_lengths),
+    (["tokenizer", "backend", "evaluation.lm_eval"], _evaluate_files),
 ]
 
 # A corpus entry of recipes/tokenize_corpus.py (entrodrop.sources): a JSON-lines file ...
@@ -369,7 +434,7 @@ TOKENIZE = {
     "max_seq_len": integer(minimum=1),
     "samples_per_shard": integer(minimum=1),
 }
-TOKENIZE_RULES: List[Rule] = [(["corpora"], _corpus_entries)]
+TOKENIZE_RULES: List[Rule] = [(["corpora"], _corpus_entries), (["tokenizer"], lambda cfg: _missing_files(cfg, True))]
 
 PRECOMPUTE = {
     "cache_dir": string(),
@@ -400,9 +465,23 @@ def _pack_len_holds_a_sample(cfg: DictConfig) -> List[str]:
             "or pack_len=null to batch samples by length"]
 
 
+def _precompute_lengths(cfg: DictConfig) -> List[str]:
+    """A packed row, or else the store's longest sample, within the model's max_seq_len."""
+    if cfg.pack_len is not None:
+        return _lengths_fit({"pack_len": cfg.pack_len}, cfg.model)
+    longest = json.loads((Path(cfg.target_tokens) / "manifest.json").read_text())["key"]["max_seq_len"]
+    limit = model_max_seq_len(cfg.model)
+    if limit is None or longest <= limit:
+        return []
+    return [f"target_tokens={cfg.target_tokens} holds samples of up to {longest} tokens (the max_seq_len it was "
+            f"tokenized with), more than the model's max_seq_len={limit} ({cfg.model._component_}): tokenize with "
+            f"max_seq_len <= {limit}"]
+
+
 PRECOMPUTE_RULES: List[Rule] = [
     (["checkpointer"], _checkpoint_dir),
     (["pack_len", "target_tokens"], _pack_len_holds_a_sample),
+    (["model", "pack_len", "target_tokens"], _precompute_lengths),
 ]
 
 SMOKE = {
@@ -414,7 +493,11 @@ SMOKE = {
     "batch_size": integer(minimum=1),
     "max_windows": integer(minimum=1),
 }
-SMOKE_RULES: List[Rule] = [(["checkpointer"], _checkpoint_dir)]
+SMOKE_RULES: List[Rule] = [
+    (["checkpointer"], _checkpoint_dir),
+    (["tokenizer"], lambda cfg: _missing_files(cfg, True)),
+    (["model", "seq_len"], lambda cfg: _lengths_fit({"seq_len": cfg.seq_len}, cfg.model)),
+]
 
 
 def check_rules(cfg: DictConfig, rules: List[Rule], problems: List[str]) -> List[str]:

@@ -204,3 +204,62 @@ def test_a_checkpoint_saved_with_the_boolean_and_torchtunes_loss_resumes_with_th
     saved["enable_activation_checkpointing"] = False
     saved["loss"] = {"_component_": "torchtune.modules.loss.CEWithChunkedOutputLoss", "num_output_chunks": 1}
     assert differences(saved, plain(now), schemas.MAY_CHANGE_ON_RESUME) == []
+
+
+TINY_EVALUATE = REPO / "configs/tiny/qwen3_evaluate.yaml"
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    (["data.seq_len=4096"], ["data.seq_len=4096 is longer than the model's max_seq_len=2048 "
+                             "(entrodrop.models.qwen3.qwen3): set data.seq_len <= 2048"]),
+    (["model.max_seq_len=256", "evaluation.lm_eval.max_seq_len=512"],
+     ["evaluation.lm_eval.max_seq_len=512 is longer than the model's max_seq_len=256 (entrodrop.models.qwen3.qwen3): "
+      "set evaluation.lm_eval.max_seq_len <= 256"]),
+    # without lm-eval tasks nothing reads lm_eval.max_seq_len
+    (["model.max_seq_len=256", "evaluation.lm_eval.max_seq_len=512", "evaluation.lm_eval.tasks.code=[]"], []),
+    (["data.seq_len=2048"], []),
+])
+def test_a_sequence_longer_than_the_model_takes_is_a_config_problem(overrides, expected):
+    """It failed at the first forward pass, after the weights had loaded."""
+    cfg = OmegaConf.merge(OmegaConf.load(TINY_TRAINING), OmegaConf.from_dotlist(overrides))
+    assert training_problems(cfg) == expected
+
+
+def test_the_model_length_is_read_from_builders_that_take_no_arguments():
+    """qwen3_0_6b() and llama3_1_8b() set max_seq_len inside: read on the meta device, no weight allocated."""
+    assert schemas.model_max_seq_len(OmegaConf.create({"_component_": "entrodrop.models.qwen3.qwen3_0_6b"})) == 40960
+    assert schemas.model_max_seq_len(OmegaConf.create({"_component_": "torchtune.models.llama3_1.llama3_1_8b"})) == 131072
+
+
+def test_the_evaluate_lengths_are_checked_too():
+    cfg = OmegaConf.load(TINY_EVALUATE)
+    cfg.evaluation.validation.target_tokens = "x"
+    cfg.evaluation.validation.seq_len = 4096
+    assert schemas._evaluate_lengths(cfg) == [
+        "evaluation.validation.seq_len=4096 is longer than the model's max_seq_len=2048 (entrodrop.models.qwen3.qwen3): "
+        "set evaluation.validation.seq_len <= 2048"]
+
+
+def test_every_tokenizer_file_and_the_task_directory_are_checked_before_anything_loads(tmp_path):
+    """A missing merges file was a raw FileNotFoundError after lm-eval's task index was built."""
+    cfg = OmegaConf.load(TINY_TRAINING)
+    cfg.tokenizer.merges_file = str(tmp_path / "merges.txt")
+    cfg.tokenizer.special_tokens_path = str(tmp_path / "tokenizer.json")
+    cfg.evaluation.lm_eval.include_path = str(tmp_path / "tasks")
+    assert training_problems(cfg) == [
+        f"tokenizer.merges_file={tmp_path}/merges.txt does not exist",
+        f"tokenizer.special_tokens_path={tmp_path}/tokenizer.json does not exist",
+        f"evaluation.lm_eval.include_path={tmp_path}/tasks is not a directory (of lm-eval task YAMLs)"]
+    cfg.evaluation.lm_eval.tasks.code = []  # no task: training never builds the tokenizer
+    assert training_problems(cfg) == []
+    for what, rules in (("tokenize", schemas.TOKENIZE_RULES), ("smoke", schemas.SMOKE_RULES)):
+        config = OmegaConf.load(REPO / f"configs/tiny/qwen3_{what}.yaml")
+        config.tokenizer.path = str(tmp_path / "vocab.json")
+        problems = schemas.check_rules(config, rules, [])
+        assert f"tokenizer.path={tmp_path}/vocab.json does not exist" in problems, problems
+
+
+def test_a_plus_before_a_key_says_it_is_not_needed():
+    cfg = OmegaConf.merge(OmegaConf.load(TINY_TRAINING), OmegaConf.from_dotlist(["+seed=3"]))
+    assert training_problems(cfg) == [
+        "unknown key: +seed (drop the +: an override key=value sets a key whether or not the YAML has it)"]
