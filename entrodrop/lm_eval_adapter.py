@@ -32,6 +32,8 @@ from torchtune import utils
 from torchtune.modules.common_utils import delete_kv_caches
 from tqdm import tqdm
 
+from entrodrop.config_check import ConfigError
+
 log = utils.get_logger("INFO")
 
 
@@ -350,7 +352,7 @@ class TorchtuneLM(TemplateLM):
             items.append((self.tok_encode(context), int(gen_kwargs.get("max_gen_toks", self._max_gen_toks))))
         too_long = sorted({n for _, n in items if n >= self._max_seq_len})
         if too_long:
-            raise ValueError(f"tasks ask for max_gen_toks={too_long}, which leaves no room for a prompt in "
+            raise ConfigError(f"tasks ask for max_gen_toks={too_long}, which leaves no room for a prompt in "
                              f"evaluation.lm_eval.max_seq_len={self._max_seq_len}")
         self._log_size("generate_until", requests, f", at most {sum(n for _, n in items):,} new tokens")
         # lm-eval sends every task's requests at once: generate each max_gen_toks apart, so a

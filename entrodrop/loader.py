@@ -45,6 +45,7 @@ from torchdata.nodes import BaseNode, Loader
 from torchtune.data import CROSS_ENTROPY_IGNORE_IDX
 from torchtune.modules.attention_utils import _SUPPORTS_FLEX_ATTENTION, packed_block_causal_mask
 
+from entrodrop.config_check import ConfigError
 from entrodrop.sample_store import KEY_FIELDS, CacheMismatchError, SampleStore, mismatches
 
 IGNORE_INDEX = CROSS_ENTROPY_IGNORE_IDX  # what torchtune's losses ignore
@@ -97,7 +98,7 @@ def plan_budget(total_tokens: int, global_batch_size: int, seq_len: int, target_
         problems.append(f"the budget needs about {general_needed} general tokens at target_ratio={target_ratio}, "
                         f"the general corpus has {general_tokens} (it is never repeated)")
     if problems:
-        raise ValueError("invalid training budget:\n  " + "\n  ".join(problems))
+        raise ConfigError("invalid training budget:\n  " + "\n  ".join(problems))
     target_epochs = target_ratio * num_steps * tokens_per_step / target_tokens
     return Budget(num_steps, tokens_per_step, target_epochs, target_tokens, general_needed, general_tokens)
 
@@ -172,7 +173,7 @@ class MixedPackedStream(BaseNode[Dict[str, Any]]):
                 problems.append(f"{store.dir} holds samples of up to {store.key['max_seq_len']} tokens, "
                                 f"longer than seq_len={seq_len}")
         if problems:
-            raise ValueError("invalid loader settings:\n  " + "\n  ".join(problems))
+            raise ConfigError("invalid loader settings:\n  " + "\n  ".join(problems))
         if target_entropy is not None:
             check_join(target_tokens, target_entropy)
         self._target, self._entropy, self._general = target_tokens, target_entropy, general_tokens
@@ -185,7 +186,7 @@ class MixedPackedStream(BaseNode[Dict[str, Any]]):
         # Empty samples are skipped; the counts are reported at start-up.
         self.num_empty = {"target": int((self._target_len == 0).sum()), "general": int((self._general_len == 0).sum())}
         if not len(self._target_ids):
-            raise ValueError(f"the target corpus {target_tokens.dir} has no non-empty sample")
+            raise ConfigError(f"the target corpus {target_tokens.dir} has no non-empty sample")
 
     @staticmethod
     def _initial_state() -> Dict[str, Any]:

@@ -25,6 +25,8 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 from torchtune.modules import TiedLinear, TransformerDecoder
 
+from entrodrop.config_check import ConfigError
+
 IMPLS = ("torch", "liger")
 REDUCTIONS = ("mean", "sum")
 IGNORE_INDEX = -100
@@ -163,7 +165,7 @@ def _check_settings(chunk_size, impl, reduction) -> None:
     if reduction not in REDUCTIONS:
         problems.append(f"reduction={reduction!r} must be one of {', '.join(REDUCTIONS)}")
     if problems:
-        raise ValueError("LinearCrossEntropy: " + "; ".join(problems))
+        raise ConfigError("LinearCrossEntropy: " + "; ".join(problems))
 
 
 def output_weight(model: TransformerDecoder) -> torch.Tensor:
@@ -260,7 +262,7 @@ class LinearCrossEntropy:
         if self._liger is None:
             return linear_cross_entropy(hidden, weight, labels, self.chunk_size, self.ignore_index, self.reduction)
         if not hidden.is_cuda:
-            raise ValueError(f"LinearCrossEntropy impl='liger' runs on CUDA only (a triton kernel), not on "
+            raise ConfigError(f"LinearCrossEntropy impl='liger' runs on CUDA only (a triton kernel), not on "
                              f"{hidden.device.type}: use impl: torch")
         return self._liger(weight, hidden.reshape(-1, hidden.shape[-1]), labels.reshape(-1))
 
@@ -286,7 +288,7 @@ def model_output_for(model: TransformerDecoder, loss_fn) -> Callable[..., object
     """
     if isinstance(loss_fn, LinearCrossEntropy):
         if loss_fn.reduction != "mean":
-            raise ValueError(f"LinearCrossEntropy reduction={loss_fn.reduction!r}: the recipes take the mean over "
+            raise ConfigError(f"LinearCrossEntropy reduction={loss_fn.reduction!r}: the recipes take the mean over "
                              "labelled tokens, as torchtune's losses return it (leave reduction out of the config)")
         loss_fn.set_model_output(model)
         model.set_num_output_chunks(EVALUATION_OUTPUT_CHUNKS)
@@ -294,5 +296,5 @@ def model_output_for(model: TransformerDecoder, loss_fn) -> Callable[..., object
     if isinstance(getattr(loss_fn, "num_output_chunks", None), int):
         model.set_num_output_chunks(loss_fn.num_output_chunks)
         return model
-    raise ValueError(f"loss {type(loss_fn).__module__}.{type(loss_fn).__name__} is not supported by the recipes: use "
+    raise ConfigError(f"loss {type(loss_fn).__module__}.{type(loss_fn).__name__} is not supported by the recipes: use "
                      "entrodrop.loss.LinearCrossEntropy or torchtune.modules.loss.CEWithChunkedOutputLoss")
