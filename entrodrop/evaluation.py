@@ -2,11 +2,18 @@
 
 Held-out target samples (a token store and their entropy cache, computed with the base
 model like the training ones) are packed in order into rows. Their tokens fall in three
-buckets, with thresholds over all held-out tokens that have an entropy:
+buckets, over all N held-out tokens that have an entropy:
 
     all    every predicted token
-    low    the 50% lowest-entropy tokens (the paper's "top 50% confidence")
-    high   the 25% highest-entropy tokens ("bottom 25% confidence")
+    low    the floor(N / 2) lowest-entropy tokens (the paper's "top 50% confidence")
+    high   the floor(N / 4) highest-entropy tokens ("bottom 25% confidence")
+
+Exact shares of one order of all N tokens: by entropy, equal entropies by position in the
+store (sample index, then position within the sample), earlier first - the order in which the
+training gate (``entrodrop.method.entropy_gate``, ``targeting: low``) takes tokens. Low is the
+first floor(N / 2) of that order, high the last floor(N / 4), so the two never share a token.
+A threshold (``H >= quantile``) would take every tie: the cache stores fp16, and on the tiny
+models, whose entropies take two values, the "high 25%" held every token.
 
 A token's bucket is that of the token being predicted (its label), whose entropy H(x_t) is
 the base model's uncertainty about it.
@@ -18,7 +25,7 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -27,10 +34,13 @@ import torch.nn.functional as F
 
 from entrodrop.config_check import raise_problems
 from entrodrop.loader import IGNORE_INDEX, TARGET, block_causal_mask, check_join, pack_rows
+from entrodrop.method import AUTO_NOT_FIXED
 from entrodrop.sample_store import SampleStore
 from entrodrop.task_checks import check_metrics, check_packages, members
 
 LOW_FRACTION, HIGH_FRACTION = 0.5, 0.25
+# A token's bucket: LOW, HIGH, or 0 (neither, or no entropy).
+LOW, HIGH = 1, 2
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 # The sandboxed tasks in TASKS_DIR, for lm-eval's code tasks.
 SANDBOXED = "humaneval_sandbox, mbpp_sandbox, livecodebench_v1 (or humaneval_pass1 offline)"
@@ -39,11 +49,29 @@ PLAIN_PROMPTS = {"apply_chat_template": False, "system_instruction": None, "enab
 BUCKETS = ("all", "low", "high")
 
 
-def bucket_thresholds(entropy: SampleStore) -> Tuple[float, float]:
-    """(low, high): H <= low is the low bucket, H >= high the high bucket, over every cached token."""
-    values = np.concatenate([entropy[i].astype(np.float32) for i in range(len(entropy))])
-    values = values[~np.isnan(values)]
-    return float(np.quantile(values, LOW_FRACTION)), float(np.quantile(values, 1 - HIGH_FRACTION))
+def entropy_buckets(entropies: Sequence[np.ndarray]) -> List[np.ndarray]:
+    """Each sample's ``uint8`` bucket per token (``LOW``, ``HIGH``; 0: neither, or no entropy)
+    from every sample's entropies in store order, the exact shares of the module docs.
+
+    Computed once over the whole held-out set, because a bucket is a share of all its tokens:
+    every rank computes the same flags and then packs only its own rows.
+
+    Example:
+        >>> nan = float("nan")
+        >>> [f.tolist() for f in entropy_buckets([np.array([nan, 1.0, 1.0]), np.array([nan, 3.0, 1.0, 2.0])])]
+        [[0, 1, 1], [0, 2, 0, 0]]
+    """
+    values = np.concatenate([np.zeros(0, np.float32), *(np.asarray(h, np.float32) for h in entropies)])
+    has_entropy = np.flatnonzero(~np.isnan(values))
+    h = values[has_entropy]
+    flags = np.zeros(len(values), np.uint8)
+    # A stable sort keeps equal entropies in store order (sample, then position): earlier first.
+    # floor(n * 0.5) and floor(n * 0.25) are exact, so no rounding guard as in entropy_gate.
+    order = has_entropy[np.argsort(h, kind="stable")]
+    flags[order[: math.floor(len(h) * LOW_FRACTION)]] = LOW
+    flags[order[len(h) - math.floor(len(h) * HIGH_FRACTION):]] = HIGH
+    ends = np.cumsum([len(x) for x in entropies], dtype=np.int64)
+    return [flags[end - len(x) : end] for x, end in zip(entropies, ends)]
 
 
 def open_validation(tokens_dir: Optional[str], entropy_dir: Optional[str]) -> Optional[Tuple[SampleStore, SampleStore]]:
@@ -58,9 +86,11 @@ def open_validation(tokens_dir: Optional[str], entropy_dir: Optional[str]) -> Op
     return tokens, entropy
 
 
-def validation_batches(tokens: SampleStore, entropy: SampleStore, seq_len: int, batch_size: int,
-                       rank: int = 0, world_size: int = 1) -> Iterator[Dict[str, torch.Tensor]]:
+def validation_batches(tokens: SampleStore, entropy: SampleStore, buckets: Sequence[np.ndarray], seq_len: int,
+                       batch_size: int, rank: int = 0, world_size: int = 1) -> Iterator[Dict[str, torch.Tensor]]:
     """The held-out samples packed in order into rows; rank r gets rows r, r + N, ... in batches.
+    ``buckets``: each sample's bucket flags (``entropy_buckets`` of ``entropy``), which the
+    batches carry as ``batch["bucket"]`` (``[b, s]`` uint8, 0 where a row has no sample).
 
     Every rank yields the same number of batches (padded with empty rows), so a sharded model
     runs the same forwards on every rank.
@@ -83,16 +113,20 @@ def validation_batches(tokens: SampleStore, entropy: SampleStore, seq_len: int, 
     def fetch(domain: int, i: int):
         ids = tokens[i]
         entropy.check_sample(i, ids)
-        return ids, entropy[i]
+        return ids, buckets[i]
 
     for start in range(0, per_rank, batch_size):
-        yield pack_rows(mine[start : start + batch_size], seq_len, fetch)
+        batch = pack_rows(mine[start : start + batch_size], seq_len, fetch)
+        # pack_rows lays out what fetch returns beside the ids as float32 "entropy", NaN outside
+        # the samples: here those values are the bucket flags (0 to 3, exact in float32).
+        batch["bucket"] = batch.pop("entropy").nan_to_num(0).to(torch.uint8)
+        yield batch
 
 
 @torch.no_grad()
-def bucket_loss_sums(model: torch.nn.Module, batch: Dict[str, torch.Tensor], thresholds: Tuple[float, float],
-                     device: torch.device) -> torch.Tensor:
-    """``[6]`` float64: (loss sum, token count) for all, low and high, on one batch."""
+def bucket_loss_sums(model: torch.nn.Module, batch: Dict[str, torch.Tensor], device: torch.device) -> torch.Tensor:
+    """``[6]`` float64: (loss sum, token count) for all, low and high, on one batch, its tokens
+    bucketed by ``batch["bucket"]`` (``[b, s]`` flags of the input tokens, see ``validation_batches``)."""
     batch = {k: v.to(device) for k, v in batch.items()}
     logits = model(batch["tokens"], mask=block_causal_mask(batch["document_ids"]), input_pos=batch["input_pos"])
     chunks = logits if isinstance(logits, list) else [logits]
@@ -103,19 +137,20 @@ def bucket_loss_sums(model: torch.nn.Module, batch: Dict[str, torch.Tensor], thr
         F.cross_entropy(c.float().flatten(0, 1), l.flatten(), ignore_index=IGNORE_INDEX, reduction="none").view(l.shape)
         for c, l in zip(chunks, labels)
     ], dim=1).flatten()
-    # The entropy of the predicted token: the input entropy one position to the right.
-    label_entropy = torch.cat([batch["entropy"][:, 1:], torch.full_like(batch["entropy"][:, :1], math.nan)], 1).flatten()
+    # The bucket of the predicted token: the input's flags one position to the right.
+    label_bucket = torch.cat([batch["bucket"][:, 1:], torch.zeros_like(batch["bucket"][:, :1])], 1).flatten()
     valid = batch["labels"].flatten() != IGNORE_INDEX
-    masks = [valid, valid & (label_entropy <= thresholds[0]), valid & (label_entropy >= thresholds[1])]
+    masks = [valid, valid & (label_bucket == LOW), valid & (label_bucket == HIGH)]
     return torch.stack([x for m in masks for x in (losses[m].double().sum(), m.double().sum())])
 
 
-def validation_losses(model: torch.nn.Module, batches: Iterator[Dict[str, torch.Tensor]],
-                      thresholds: Tuple[float, float], device: torch.device, distributed: bool = False) -> Dict[str, float]:
-    """Mean loss per bucket over all batches (and all ranks when ``distributed``)."""
+def validation_losses(model: torch.nn.Module, batches: Iterator[Dict[str, torch.Tensor]], device: torch.device,
+                      distributed: bool = False) -> Dict[str, float]:
+    """Mean loss per bucket over all batches (and all ranks when ``distributed``: each rank's
+    rows are disjoint and its flags are shares of the whole set, so the summed counts are exact)."""
     totals = torch.zeros(6, dtype=torch.float64, device=device)
     for batch in batches:
-        totals += bucket_loss_sums(model, batch, thresholds, device)
+        totals += bucket_loss_sums(model, batch, device)
     if distributed:
         dist.all_reduce(totals)
     return {name: (totals[2 * k] / totals[2 * k + 1]).item() for k, name in enumerate(BUCKETS)}
@@ -262,6 +297,8 @@ def record_evaluation(eval_dir, record: Dict, target_group: str) -> Dict:
     fixed = [r["auto_midpoint"] for r in records if r.get("auto_midpoint")]
     if fixed:  # midpoint: auto, once it has fixed j0 (every later record carries it)
         summary["auto_midpoint"] = fixed[-1]
+    elif any("auto_midpoint" in r for r in records):  # midpoint: auto, not fixed (yet): a baseline so far
+        summary.update(auto_midpoint=None, auto_midpoint_note=AUTO_NOT_FIXED)
     if scored or with_loss:  # the paper's selection: the target group's average, else the loss
         best = max(scored, key=lambda r: r["groups"][target_group]) if scored else lowest
         by, score = ((f"{target_group} average", best["groups"][target_group]) if scored
@@ -391,7 +428,7 @@ class Evaluator:
         if validation is not None:
             tokens, entropy = validation
             check_join(tokens, entropy)
-            self._validation = (tokens, entropy, bucket_thresholds(entropy))
+            self._validation = (tokens, entropy, entropy_buckets([entropy[i] for i in range(len(entropy))]))
         self._seq_len, self._batch_size = seq_len, batch_size
         self._task_manager, self._cfg = task_manager, lm_eval_cfg
         self._task_groups = {group: list(tasks) for group, tasks in lm_eval_cfg.tasks.items()}
@@ -409,9 +446,10 @@ class Evaluator:
             record["limit"] = self._cfg.limit
         with torch.random.fork_rng(devices=[self._device] if self._device.type == "cuda" else []):
             if self._validation:
-                tokens, entropy, thresholds = self._validation
-                batches = validation_batches(tokens, entropy, self._seq_len, self._batch_size, self._rank, self._world_size)
-                record["val_loss"] = validation_losses(self._model, batches, thresholds, self._device, self._world_size > 1)
+                tokens, entropy, buckets = self._validation
+                batches = validation_batches(tokens, entropy, buckets, self._seq_len, self._batch_size, self._rank,
+                                             self._world_size)
+                record["val_loss"] = validation_losses(self._model, batches, self._device, self._world_size > 1)
             if self.lm:
                 import lm_eval
 

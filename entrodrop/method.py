@@ -32,6 +32,10 @@ from entrodrop.loader import TARGET
 TARGETING = ("low", "high", "random")
 SCHEDULES = ("sigmoid", "static", "none")
 AUTO = "auto"  # token_dropout.midpoint: auto (see auto_midpoint)
+# What a midpoint: auto run that ended before auto_midpoint fired did (its last log line, summary.json).
+AUTO_NOT_FIXED = ("midpoint: auto never fixed j0: the validation loss never went auto_patience evaluations in a row "
+                  "without improving, so gamma_max(j) stayed 0 and the run trained as the baseline, with no token "
+                  "dropout. Train longer, or set a number for token_dropout.midpoint")
 
 
 def row_generator(seed: int, step: int, row: int, device: torch.device = torch.device("cpu"),

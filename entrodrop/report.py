@@ -11,9 +11,9 @@ more runs ``write_report`` draws
     score_vs_val_loss.png     the target group's average against the validation loss, one point
                               per evaluation (figure 1b), when a target group is given
     gamma_schedule.png        gamma_max(j) and the drawn gamma_j against step
-    table.md                  per run: best target-group average, best epoch, minimum
-                              validation loss (the paper's table of gamma_max), and the
-                              curriculum midpoint j0 it trained with
+    table.md                  per run: best target-group average and the documents per task
+                              it covers, best epoch, minimum validation loss (the paper's
+                              table of gamma_max), and the curriculum midpoint j0 it trained with
 
 and proposes the curriculum midpoint j0 from a baseline run: the target epoch where its
 validation loss stops falling, the paper's "transition from productive learning to
@@ -37,6 +37,7 @@ shaded by its entropy under the base model, the tokens the gate makes eligible u
 
 import json
 import logging
+import math
 import re
 import textwrap
 from pathlib import Path
@@ -119,6 +120,20 @@ def compared(runs: List[Dict], group: str) -> List[Dict]:
     return [e for run in runs for e in run["evals"] if id(e) in chosen]
 
 
+def documents_per_task(limit: Optional[int]) -> str:
+    """A record's ``limit`` as the tables show it: the documents per task its scores cover."""
+    return "all" if limit is None else str(limit)
+
+
+def not_compared(records: List[Dict]) -> str:
+    """The documents cell of a run whose ``records`` of the group were all left out by
+    ``compared``: their limits, so a reader sees why no average stands beside the others."""
+    if not records:
+        return "-"
+    limits = sorted({e.get("limit") for e in records}, key=lambda limit: math.inf if limit is None else limit)
+    return f"{', '.join(map(documents_per_task, limits))}: not compared"
+
+
 def left_out_note(runs: List[Dict], group: str, kept: List[Dict]) -> Optional[str]:
     """What ``compared`` left out of ``group`` (it kept ``kept``), or None."""
     scored = [e for run in runs for e in run["evals"] if group in e.get("groups", {})]
@@ -127,19 +142,23 @@ def left_out_note(runs: List[Dict], group: str, kept: List[Dict]) -> Optional[st
     made_of = kept[-1].get("metrics", {}).get(group) or "tasks with unrecorded metrics"
     return (f"{len(scored) - len(kept)} of {len(scored)} evaluations of the {group} average were scored otherwise "
             f"(other tasks, metrics or documents per task) and are left out; the ones shown use {made_of}, "
-            f"limit {kept[-1].get('limit')}")
+            f"{documents_per_task(kept[-1].get('limit'))} documents per task")
 
 
 def summarize(run: Dict, target_group: Optional[str], kept: Optional[List[Dict]] = None) -> Dict:
     """Best target-group average (among ``kept``, the evaluations ``compared`` keeps over the runs
-    being compared; None: over this run alone), best epoch (minimum validation loss) and that loss."""
+    being compared; None: over this run alone), the documents per task it covers (``documents``,
+    one ``limit`` for every run, as ``compared`` keeps them; for a run left with no average, the
+    limits of its scores that were left out), best epoch (minimum validation loss) and that loss."""
     with_loss = [e for e in run["evals"] if "val_loss" in e]
     best = best_epoch(with_loss) if with_loss else None
     ids = {id(e) for e in (compared([run], target_group) if kept is None else kept)}
-    scored = [e["groups"][target_group] for e in run["evals"] if id(e) in ids]
+    shown = [e for e in run["evals"] if id(e) in ids]
+    left_out = [e for e in run["evals"] if target_group in e.get("groups", {}) and id(e) not in ids]
     return {
         "run": run["name"],
-        "best_average": max(scored) if scored else None,
+        "best_average": max(e["groups"][target_group] for e in shown) if shown else None,
+        "documents": documents_per_task(shown[-1].get("limit")) if shown else not_compared(left_out),
         "best_epoch": best["target_epoch"] if best else None,
         "min_val_loss": best["val_loss"]["all"] if best else None,
     }
@@ -281,10 +300,13 @@ def write_report(runs: List[Dict], out_dir: str, target_group: Optional[str] = N
     rows = [{**summarize(run, target_group, shown.get(target_group, [])), "midpoint": run_midpoint(run)} for run in runs]
     if midpoint and midpoint["midpoint_epochs"] is not None:
         rows[[run["name"] for run in runs].index(baseline)]["midpoint"] = f"{midpoint['midpoint_epochs']:.2f} (proposed)"
-    lines = [f"| run | best {target_group or 'target'} average | best epoch | min val loss | curriculum j0 (epoch) |",
-             "|---|---|---|---|---|"]
-    lines += [f"| {r['run']} | {_fmt(r['best_average'], 3)} | {_fmt(r['best_epoch'], 2)} | {_fmt(r['min_val_loss'], 4)} "
-              f"| {r['midpoint']} |" for r in rows]
+    # The documents per task beside each average: a model's score on a subset of each task (an
+    # in-training ``limit``) differs from its score on every document, and would read as another result.
+    lines = [f"| run | best {target_group or 'target'} average | documents per task | best epoch | min val loss "
+             "| curriculum j0 (epoch) |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {r['run']} | {_fmt(r['best_average'], 3)} | {r['documents']} | {_fmt(r['best_epoch'], 2)} "
+              f"| {_fmt(r['min_val_loss'], 4)} | {r['midpoint']} |" for r in rows]
     if midpoint:
         prefix = "Proposed midpoint (j0)" if midpoint["midpoint_epochs"] is not None else "No midpoint (j0)"
         lines += ["", f"{prefix} from {midpoint['run']}: {midpoint['note']}."]
@@ -429,16 +451,21 @@ def comparison_table(runs: Dict[str, Dict], rows: Sequence[Sequence[str]], targe
                      spread: Dict[str, Optional[float]]) -> List[str]:
     """A markdown table, one ``(label, run name)`` a row: best epoch, minimum validation loss and
     best ``target_group`` average, each difference from ``baseline`` beside it, and the seed
-    spread (``seed_spread``) under it, so a reader can tell an effect from noise."""
+    spread (``seed_spread``) under it, so a reader can tell an effect from noise. Every average
+    covers the same documents per task (``compared``), which the header names; a run with none
+    of those says which documents its scores covered instead of a number."""
     kept = compared(list(runs.values()), target_group)
     base = summarize(runs[baseline], target_group, kept)
     delta = lambda value, ref, digits: "-" if value is None or ref is None else f"{value - ref:+.{digits}f}"  # noqa: E731
-    lines = [f"| run | best epoch | min val loss | vs {baseline} | best {target_group} average | vs {baseline} |",
+    documents = f" ({documents_per_task(kept[-1].get('limit'))} documents per task)" if kept else ""
+    lines = [f"| run | best epoch | min val loss | vs {baseline} | best {target_group} average{documents} "
+             f"| vs {baseline} |",
              "|---|---|---|---|---|---|"]
     for label, name in rows:
         r = summarize(runs[name], target_group, kept)
+        average = r["documents"] if r["best_average"] is None else _fmt(r["best_average"], 3)  # "-", or why not
         lines.append(f"| {label} | {_fmt(r['best_epoch'], 2)} | {_fmt(r['min_val_loss'], 4)} | "
-                     f"{delta(r['min_val_loss'], base['min_val_loss'], 4)} | {_fmt(r['best_average'], 3)} | "
+                     f"{delta(r['min_val_loss'], base['min_val_loss'], 4)} | {average} | "
                      f"{delta(r['best_average'], base['best_average'], 3)} |")
     lines += ["", f"Seed spread (one setting, two seeds): min val loss {_fmt(spread['min_val_loss'], 4)}, best "
                   f"{target_group} average {_fmt(spread['best_average'], 3)}. A difference within it is noise."]

@@ -4,11 +4,12 @@ validation loss, and bad arguments refused with what exists listed."""
 import json
 import sys
 
-from entrodrop.report import propose_midpoint, read_run, write_report
+from entrodrop.report import comparison_table, propose_midpoint, read_run, seed_spread, write_report
 
 
-def fake_run(root, name, val_losses, groups=("code",)):
-    """A run directory as the training recipes leave it: a metric log and one evaluation an epoch."""
+def fake_run(root, name, val_losses, groups=("code",), **fields):
+    """A run directory as the training recipes leave it: a metric log and one evaluation an epoch
+    (each record with ``fields`` too, e.g. the ``limit`` its tasks were scored with)."""
     run = root / name
     (run / "logs").mkdir(parents=True)
     (run / "logs" / "log_1.txt").write_text(
@@ -16,7 +17,7 @@ def fake_run(root, name, val_losses, groups=("code",)):
     (run / "eval").mkdir()
     (run / "eval" / "evals.jsonl").write_text("".join(
         json.dumps({"step": epoch * 10, "target_epoch": float(epoch), "val_loss": {"all": loss, "low": loss, "high": loss},
-                    "groups": {g: -loss for g in groups}}) + "\n"
+                    "groups": {g: -loss for g in groups}, **fields}) + "\n"
         for epoch, loss in enumerate(val_losses, start=1)))
     return run
 
@@ -148,10 +149,10 @@ def test_the_report_marks_the_j0_that_auto_chose_next_to_the_baselines_proposal(
     assert runs[2]["auto_midpoint"] == j0 and runs[3]["auto_midpoint"] is None and runs[1]["auto_midpoint"] is None
     written = write_report(runs, tmp_path / "report", "code", "baseline")
     table = (tmp_path / "report" / "table.md").read_text()
-    assert "| baseline | -1.500 | 3.00 | 1.5000 | 3.00 (proposed) |" in table
-    assert "| entrodrop | -1.450 | 3.00 | 1.4500 | 3.00 |" in table
-    assert "| entrodrop_auto | -1.500 | 3.00 | 1.5000 | 3.00 (auto, fixed at 5.00) |" in table
-    assert "| entrodrop_waiting | -1.500 | 3.00 | 1.5000 | auto: not fixed |" in table
+    assert "| baseline | -1.500 | all | 3.00 | 1.5000 | 3.00 (proposed) |" in table
+    assert "| entrodrop | -1.450 | all | 3.00 | 1.4500 | 3.00 |" in table
+    assert "| entrodrop_auto | -1.500 | all | 3.00 | 1.5000 | 3.00 (auto, fixed at 5.00) |" in table
+    assert "| entrodrop_waiting | -1.500 | all | 3.00 | 1.5000 | auto: not fixed |" in table
     assert "`midpoint: auto` in entrodrop_auto fixed j0 at epoch 3.00 (step 30)" in table
     assert "`midpoint: auto` in entrodrop_waiting never fixed j0" in table
     assert written["auto_midpoints"] == {"baseline": None, "entrodrop": None, "entrodrop_auto": j0,
@@ -159,7 +160,7 @@ def test_the_report_marks_the_j0_that_auto_chose_next_to_the_baselines_proposal(
     # A run without the config the recipes save (an older run) shows no midpoint rather than failing.
     (configured / "torchtune_config.yaml").unlink()
     write_report([read_run(baseline), read_run(configured)], tmp_path / "report2", "code", "baseline")
-    assert "| entrodrop | -1.450 | 3.00 | 1.4500 | - |" in (tmp_path / "report2" / "table.md").read_text()
+    assert "| entrodrop | -1.450 | all | 3.00 | 1.4500 | - |" in (tmp_path / "report2" / "table.md").read_text()
 
 
 def test_evaluations_without_a_target_epoch_are_left_off_the_epoch_plots_with_a_note(tmp_path, monkeypatch, capsys,
@@ -184,6 +185,39 @@ def test_evaluations_without_a_target_epoch_are_left_off_the_epoch_plots_with_a_
     note = ("baseline: 2 evaluations without a target epoch (step_25, base: a checkpoint outside a run, or saved "
             "without progress.json) left out of the plots against target epoch")
     assert note in stdout and note in caplog.text
-    assert "| baseline | -1.100 | - | 1.1000 | 2.00 (proposed) |" in stdout  # the lowest loss has no epoch
+    assert "| baseline | -1.100 | all | - | 1.1000 | 2.00 (proposed) |" in stdout  # the lowest loss has no epoch
     for name in ("val_loss_by_entropy.png", "benchmarks.png", "score_vs_val_loss.png"):
         assert (tmp_path / "report" / name).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_table_shows_the_documents_per_task_and_never_ranks_scores_of_other_documents(tmp_path):
+    """An offline score of every document beside an in-training score of 16 per task looks like
+    two results of one model. Each row says how many documents its average covers, and a run
+    scored only on a subset gets no average beside the complete ones, in table.md and in the
+    comparison tables, nor a seed spread."""
+    offline = fake_run(tmp_path, "offline", [2.0, 1.6, 1.7], limit=None)  # e.g. 164 HumanEval problems
+    training = fake_run(tmp_path, "training", [2.0, 1.5, 1.4], limit=16)  # a better score, on 16 of them
+    runs = [read_run(offline), read_run(training)]
+    written = write_report(runs, tmp_path / "report", "code")
+    table = (tmp_path / "report" / "table.md").read_text()
+    assert "| run | best code average | documents per task | best epoch | min val loss |" in table
+    assert "| offline | -1.600 | all | 2.00 | 1.6000 | - |" in table
+    assert "| training | - | 16: not compared | 3.00 | 1.4000 | - |" in table
+    assert "-1.400" not in table and "-1.500" not in table  # the subset's scores appear nowhere
+    assert ("3 of 6 evaluations of the code average were scored otherwise (other tasks, metrics or documents per "
+            "task) and are left out; the ones shown use tasks with unrecorded metrics, all documents per task") in table
+    assert [r["documents"] for r in written["rows"]] == ["all", "16: not compared"]
+    # Runs scored alike on 16 documents per task are compared, and say so.
+    write_report([read_run(training), read_run(fake_run(tmp_path, "training2", [2.0, 1.6], limit=16))],
+                 tmp_path / "subset", "code")
+    subset = (tmp_path / "subset" / "table.md").read_text()
+    assert "| training | -1.400 | 16 | 3.00 | 1.4000 | - |" in subset and "| training2 | -1.600 | 16 |" in subset
+
+    by_name = {run["name"]: run for run in runs}
+    spread = seed_spread(by_name, [("offline", "training")], "code")
+    assert spread["best_average"] is None and abs(spread["min_val_loss"] - 0.2) < 1e-9  # no average to subtract
+    lines = comparison_table(by_name, [("offline", "offline"), ("training", "training")], "code", "offline", spread)
+    assert lines[0] == ("| run | best epoch | min val loss | vs offline | best code average (all documents per task) "
+                        "| vs offline |")
+    assert lines[2] == "| offline | 2.00 | 1.6000 | +0.0000 | -1.600 | +0.000 |"
+    assert lines[3] == "| training | 3.00 | 1.4000 | -0.2000 | 16: not compared | - |"
