@@ -11,7 +11,6 @@ Here a save goes to a temporary directory that is renamed into place once comple
 import json
 import os
 import shutil
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
@@ -23,6 +22,7 @@ from torchtune.models import convert_weights
 
 from entrodrop.errors import EntroDropError
 from entrodrop.models.qwen3 import qwen3_hf_to_tune, qwen3_tune_to_hf
+from entrodrop.temp_paths import as_umask_allows, temp_dir
 
 StateDict = Dict[str, torch.Tensor]
 
@@ -246,7 +246,7 @@ class HFCheckpointer:
 
         self.output_dir.mkdir(parents=True, exist_ok=True)
         final = self.output_dir / name
-        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=self.output_dir))
+        tmp = temp_dir(self.output_dir, f".{name}.tmp-")  # the user's umask, not mkdtemp's 0700
         try:
             for src in self._checkpoint_dir.iterdir():
                 if (src.is_file() and src.suffix not in _WEIGHT_SUFFIXES
@@ -270,6 +270,8 @@ class HFCheckpointer:
                 torch.save(recipe_state, tmp / RECIPE_STATE_FNAME)
             if progress is not None:
                 (tmp / PROGRESS_FNAME).write_text(json.dumps(progress))
+            for written in tmp.iterdir():  # save_file's are 0600, copy2's keep the base model's modes
+                as_umask_allows(written)
             _replace_dir(tmp, final)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -326,6 +328,7 @@ def write_random_checkpoint(out: Path, model_type: str, builder_args: Dict, toke
     (out / "config.json").write_text(json.dumps(config, indent=2))
     state = {k: v.contiguous().cpu() for k, v in CONVERTERS[model_type][1](model.state_dict(), config).items()}
     save_file(state, out / SINGLE_FNAME, metadata={"format": "pt"})
+    as_umask_allows(out / SINGLE_FNAME)  # save_file's are 0600
     for f in Path(tokenizer_dir).iterdir():
         if f.is_file():
             shutil.copy2(f, out / f.name)

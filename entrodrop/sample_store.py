@@ -26,7 +26,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence
@@ -35,6 +34,7 @@ import numpy as np
 
 from entrodrop.corpus import token_hash, token_hashes
 from entrodrop.errors import EntroDropError
+from entrodrop.temp_paths import temp_dir
 
 STORE_VERSION = 1
 MANIFEST = "manifest.json"
@@ -274,7 +274,7 @@ class SampleStoreWriter:
                              f"match the shard's {len(self.shard_samples(shard))} samples")
         dtype = KINDS[self.kind][1]
         flat = np.concatenate(values).astype(dtype) if values else np.zeros(0, dtype)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{_shard_name(shard)}.tmp-", dir=self.dir))
+        tmp = temp_dir(self.dir, f".{_shard_name(shard)}.tmp-")  # the user's umask, not mkdtemp's 0700
         np.save(tmp / f"{self.kind}.npy", flat)
         np.save(tmp / SAMPLES, table)
         os.replace(tmp, self.dir / _shard_name(shard))

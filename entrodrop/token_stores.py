@@ -19,7 +19,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from itertools import islice
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
@@ -29,6 +28,7 @@ import numpy as np
 from entrodrop.corpus import sample_pieces
 from entrodrop.sample_store import SampleStoreWriter, sample_table, store_complete
 from entrodrop.sources import SourceError, StorePlan, rows_within_budget
+from entrodrop.temp_paths import temp_file
 
 PARTS = ".parts-"
 
@@ -53,7 +53,7 @@ def tokenize_block(tokenizer, rows: List, max_seq_len: int, long_samples: str) -
 
 
 def _write_part(path: Path, block: Dict[str, np.ndarray]) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    fd, tmp = temp_file(path.parent, f".{path.name}.tmp-")  # the user's umask, not mkstemp's 0600
     with os.fdopen(fd, "wb") as f:
         np.savez(f, **block)
     os.replace(tmp, path)

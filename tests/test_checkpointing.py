@@ -127,3 +127,21 @@ def test_a_damaged_weight_file_is_named_with_its_fix(tiny_assets, tmp_path):
     (base / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header + b"\0" * 4)
     with pytest.raises(CheckpointError, match=f"{base}/model.safetensors: .*\n{base} is a downloaded model"):
         HFCheckpointer(str(base), "QWEN3", str(tmp_path / "out"))
+
+
+@pytest.fixture
+def umask_022():
+    """The umask most machines run with; restored after the test."""
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+def test_a_saved_checkpoint_is_readable_by_others_as_the_umask_allows(tiny_assets, tmp_path, umask_022):
+    checkpointer = HFCheckpointer(str(tiny_assets / "qwen3"), "QWEN3", str(tmp_path / "run"))
+    saved = checkpointer.save_checkpoint(checkpointer.load_checkpoint(), "step_3", recipe_state={"step": 3},
+                                         progress={"step": 3})
+    assert oct(saved.stat().st_mode & 0o777) == oct(0o755)  # tempfile.mkdtemp made it 0700
+    # safetensors' save_file writes 0600 (a private temporary file, renamed)
+    assert {p.name: oct(p.stat().st_mode & 0o777) for p in saved.iterdir()} == {
+        p.name: oct(0o644) for p in saved.iterdir()}

@@ -2,6 +2,7 @@
 processes, and every kind of mismatch caught with the first differing sample named."""
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -339,3 +340,19 @@ def test_tokenize_refuses_an_empty_corpus_before_writing_any_store(tiny_assets, 
                     f"general: {latin}: 2 lines had bytes that are not UTF-8, replaced by U+FFFD; the first is line 2"):
         assert message in result.stderr, message
     assert not stores.exists()
+
+
+def test_store_shards_and_parts_are_readable_by_others_as_the_umask_allows(tmp_path):
+    from entrodrop.token_stores import _write_part
+
+    old = os.umask(0o022)
+    try:
+        key = {"model": "m", "tokenizer": "t", "corpus": "c", "max_seq_len": 8}
+        writer = SampleStoreWriter(str(tmp_path / "store"), "tokens", key, 1, samples_per_shard=1, create=True)
+        writer.write_shard(0, [np.array([1, 2])], sample_table([[1, 2]]))
+        _write_part(tmp_path / "block-000000.npz", {"tokens": np.zeros(2, np.int32)})
+    finally:
+        os.umask(old)
+    shard = tmp_path / "store" / "shard-00000"
+    assert oct(shard.stat().st_mode & 0o777) == oct(0o755)  # tempfile.mkdtemp made it 0700
+    assert oct((tmp_path / "block-000000.npz").stat().st_mode & 0o777) == oct(0o644)  # mkstemp: 0600

@@ -1,0 +1,66 @@
+"""Temporary directories and files that are renamed into place once whole (checkpoints, store
+shards, store parts), made with the user's umask.
+
+``tempfile.mkdtemp`` and ``mkstemp`` create their path 0700 / 0600 on purpose (a temporary
+file in a shared /tmp must stay private), and the rename keeps that mode: a checkpoint or a
+store shard built that way is readable by its owner alone, unlike every other file a run
+writes. Here the kernel applies the umask as it creates the path (``mkdir(path, 0o777)``,
+``open(..., 0o666)``), so there is no umask to read and nothing to ``chmod`` afterwards.
+
+A file that a library writes the same way is given its mode back by ``as_umask_allows``:
+safetensors 0.8's ``save_file`` writes a private temporary file and renames it, so every
+weight file would be 0600.
+
+Example:
+    >>> import tempfile
+    >>> parent = Path(tempfile.mkdtemp())
+    >>> temp_dir(parent, ".step_3.tmp-").name.startswith(".step_3.tmp-")
+    True
+"""
+
+import os
+import secrets
+from pathlib import Path
+from typing import Tuple
+
+
+def temp_dir(parent: Path, prefix: str) -> Path:
+    """A new, empty directory ``parent/<prefix><random>``, mode ``0o777 & ~umask``."""
+    while True:
+        path = Path(parent) / f"{prefix}{secrets.token_hex(4)}"
+        try:
+            path.mkdir(0o777)  # the umask applies; mkdir fails on an existing name, so the name is ours
+            return path
+        except FileExistsError:
+            continue
+
+
+def temp_file(parent: Path, prefix: str) -> Tuple[int, Path]:
+    """A new, empty file ``parent/<prefix><random>`` open for writing, mode ``0o666 & ~umask``:
+    ``(descriptor, path)``, as ``tempfile.mkstemp`` returns."""
+    while True:
+        path = Path(parent) / f"{prefix}{secrets.token_hex(4)}"
+        try:
+            return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), path
+        except FileExistsError:
+            continue
+
+
+def as_umask_allows(path: Path) -> None:
+    """Give the file ``path`` the mode that ``open()`` would have given it, ``0o666 & ~umask``."""
+    os.chmod(path, 0o666 & ~_umask())
+
+
+def _umask() -> int:
+    """The process's umask. Linux shows it in /proc/self/status; elsewhere ``os.umask`` reads it
+    only by setting another, which other threads would create files under meanwhile: a private
+    one (0o077), so that such a file is never more open than asked."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
