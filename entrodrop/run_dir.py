@@ -7,11 +7,13 @@ is there and the recipes refuse to start over it unless told to resume or to mov
 (``move_aside``). ``prune_checkpoints`` keeps the disk bounded: the newest N checkpoints and
 the best one, and optionally the weights of the others, for an offline evaluation
 (``recipes/evaluate.py``) to score: ``scorable_checkpoints`` lists them, and
-``checkpoints_to_score`` those of them not yet scored.
+``checkpoints_to_score`` those of them not yet scored. ``remove_killed_saves`` clears what a
+save or a prune killed part way left, before a run goes on in the directory.
 """
 
 import json
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -21,7 +23,35 @@ import torch
 
 from entrodrop.checkpointing import PROGRESS_FNAME, RECIPE_STATE_FNAME, find_weight_files, latest_checkpoint
 from entrodrop.config_check import ConfigError, differences
+from entrodrop.errors import EntroDropError
 from entrodrop.evaluation import already_scored, read_evaluations
+
+# Files a logger writes before the first step: torchtune's copy of the config (written by
+# log_config at set-up, and rewritten by every run). A run that failed before its first step
+# leaves it and an empty log file, and no logged step: not an earlier run to protect.
+_NOT_A_LOGGED_STEP = ("torchtune_config.yaml",)
+
+# What a kill during a save leaves in a checkpoint directory, by the step it was saving:
+# .step_<N>.tmp-<x>   HFCheckpointer.save_checkpoint's checkpoint, not yet whole;
+# .step_<N>.old       the step_<N> that _replace_dir set aside for a new one, deleted after;
+# .step_<N>.deleting  a checkpoint prune_checkpoints was deleting.
+_KILLED_SAVE = re.compile(r"\.(step_\d+)\.(tmp-.*|old|deleting)")
+
+
+class OutputDirError(EntroDropError, FileExistsError):
+    """``output_dir`` holds an earlier run that this one would mix with; the message says the ways out."""
+
+
+class NoCheckpointError(EntroDropError, FileNotFoundError):
+    """``resume=True``, but there is no whole checkpoint to resume; the message says what to do instead."""
+
+
+class ScoringPathError(EntroDropError, FileNotFoundError):
+    """An offline evaluation's ``checkpoints`` path that does not exist, or holds no checkpoint."""
+
+
+class IncompleteCheckpointError(EntroDropError, ValueError):
+    """An offline evaluation's ``step_<N>`` that lacks its config.json or a weight file."""
 
 
 def _steps(checkpoint_dir: Path) -> List[Path]:
@@ -43,34 +73,51 @@ def earlier_run(checkpoint_dir: str, log_dir: str, eval_dir: str) -> List[str]:
     if steps:
         span = steps[0].name if len(steps) == 1 else f"{steps[0].name} to {steps[-1].name}"
         found.append(f"{checkpoint_dir}: {len(steps)} checkpoint{'s' * (len(steps) > 1)} ({span})")
-    logs = sorted(Path(log_dir).glob("*")) if Path(log_dir).is_dir() else []
+    logs = _logged(Path(log_dir))
     if logs:
-        found.append(f"{log_dir}: {len(logs)} log files")
+        found.append(f"{log_dir}: {len(logs)} log file{'s' * (len(logs) > 1)}")
     evals = [p for p in (Path(eval_dir) / "evals.jsonl", Path(eval_dir) / "summary.json") if p.exists()]
     if evals:
         found.append(f"{eval_dir}: {', '.join(p.name for p in evals)}")
     return found
 
 
-def refuse_earlier_run(output_dir: str, found: List[str]) -> None:
-    """Raise if ``earlier_run`` found anything: name it and the three ways out."""
-    if found:
-        raise FileExistsError(
-            f"output_dir={output_dir} holds an earlier run:\n  " + "\n  ".join(found) + "\nContinue it with "
-            "resume=True, write elsewhere with another output_dir, or set overwrite=True to move it aside")
+def _logged(log_dir: Path) -> List[Path]:
+    """The files under ``log_dir`` that hold something a run logged: not empty, and not the copy
+    of the config a logger writes at set-up (``_NOT_A_LOGGED_STEP``). A run that failed before its
+    first step (a bad value found at the first forward pass) leaves none."""
+    if not log_dir.is_dir():
+        return []
+    return sorted(p for p in log_dir.rglob("*")
+                  if p.is_file() and p.name not in _NOT_A_LOGGED_STEP and p.stat().st_size > 0)
+
+
+def refuse_earlier_run(output_dir: str, found: List[str], resumable: bool) -> None:
+    """Raise if ``earlier_run`` found anything: name it and the ways out. ``resume=True`` is one
+    only when the earlier run saved a whole checkpoint (``resumable``): a run killed in its first
+    save leaves logs and no checkpoint, and resuming it fails."""
+    if not found:
+        return
+    ways = ("Continue it with resume=True, write elsewhere with another output_dir, or set overwrite=True "
+            "to move it aside" if resumable else
+            "It cannot be resumed: it saved no whole checkpoint. Start again with overwrite=True (which moves it "
+            "aside), or write elsewhere with another output_dir")
+    raise OutputDirError(f"output_dir={output_dir} holds an earlier run:\n  " + "\n  ".join(found) + f"\n{ways}")
 
 
 def resume_state(checkpoint_dir: str, config: Dict[str, Any], num_steps: int,
-                 may_change: Sequence[str]) -> Tuple[Dict[str, Any], Path]:
+                 may_change: Sequence[str], found: Sequence[str] = ()) -> Tuple[Dict[str, Any], Path]:
     """The recipe state of the latest checkpoint and its directory, once the config it was
     trained with matches ``config`` (plain values) but for the keys under ``may_change``, and
     its step fits in a budget of ``num_steps``. One ``ConfigError`` names every difference.
+    ``found`` is what the run directory holds besides (``earlier_run``'s lines, what
+    ``remove_killed_saves`` removed), named when there is no checkpoint to resume.
 
     The state is memory-mapped: the optimizer state is read only when it is loaded.
     """
     resume_dir = latest_checkpoint(checkpoint_dir)
     if resume_dir is None:
-        raise FileNotFoundError(f"resume=True but {checkpoint_dir} has no step_<N> checkpoint")
+        raise NoCheckpointError(_nothing_to_resume(checkpoint_dir, found))
     state = torch.load(resume_dir / RECIPE_STATE_FNAME, weights_only=False, mmap=True)
     if "config" not in state:
         raise ConfigError(f"{resume_dir} was written by an older version that kept no config: resume it with that one")
@@ -83,6 +130,70 @@ def resume_state(checkpoint_dir: str, config: Dict[str, Any], num_steps: int,
                           + "\nResume with the checkpoint's values, or start a new run in another output_dir. "
                           f"These may change on resume: {', '.join(may_change)}")
     return state, resume_dir
+
+
+def _nothing_to_resume(checkpoint_dir: str, found: Sequence[str]) -> str:
+    """Why ``resume=True`` cannot go on with no whole checkpoint in ``checkpoint_dir``, and what to
+    do: a run killed before its first whole save is started again, after moving it aside."""
+    if not found:
+        return (f"resume=True, but {checkpoint_dir} holds no step_<N> checkpoint, and there is no earlier run here "
+                "to resume: start it with resume=False")
+    return (f"resume=True, but {checkpoint_dir} holds no whole step_<N> checkpoint: the earlier run was stopped "
+            "before its first save was complete, and cannot be resumed. Found:\n  " + "\n  ".join(found)
+            + "\nStart it again with resume=False overwrite=True (which moves the earlier run aside), or with "
+            "resume=False and another output_dir")
+
+
+def remove_killed_saves(checkpoint_dir: str) -> List[str]:
+    """Remove what saves and prunes killed part way left in ``checkpoint_dir`` (``_KILLED_SAVE``:
+    hidden, so never resumed from, and at 8B a partial checkpoint of many GB); a line for the
+    log per path.
+
+    One of them is a whole checkpoint, and is kept: a ``.step_<N>.old`` with no ``step_<N>`` was
+    set aside by a save killed between ``_replace_dir``'s two renames, and is the only copy of
+    step N. It is renamed back to ``step_<N>``.
+
+    Example:
+        >>> remove_killed_saves("/nonexistent/checkpoints")
+        []
+    """
+    root = Path(checkpoint_dir)
+    if not root.is_dir():
+        return []
+    done = []
+    for path in sorted(root.iterdir()):
+        match = _KILLED_SAVE.fullmatch(path.name)
+        if not match:
+            continue
+        step = root / match.group(1)
+        if _restorable(path):
+            os.replace(path, step)
+            done.append(f"restored {step} from {path}, which a save that was killed had set aside")
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+        done.append(f"removed {path}, left by a "
+                    f"{'pruning of old checkpoints' if match.group(2) == 'deleting' else 'save'} that was killed")
+    return done
+
+
+def _restorable(path: Path) -> bool:
+    """Whether ``path`` is a ``.step_<N>.old`` that is the only copy of step N: no ``step_<N>``
+    beside it, and it holds all a resume reads, the training state, config.json and every weight
+    file (``_replace_dir`` deletes it file by file once the new ``step_<N>`` is in place)."""
+    match = _KILLED_SAVE.fullmatch(path.name)
+    return (match is not None and match.group(2) == "old" and not (path.parent / match.group(1)).exists()
+            and (path / RECIPE_STATE_FNAME).is_file() and _incomplete(path) is None)
+
+
+def resumable(checkpoint_dir: str) -> bool:
+    """Whether ``resume=True`` finds a checkpoint in ``checkpoint_dir``: a whole ``step_<N>``, or
+    one that ``remove_killed_saves`` restores. A run killed in its first save has none."""
+    root = Path(checkpoint_dir)
+    return latest_checkpoint(checkpoint_dir) is not None or (
+        root.is_dir() and any(_restorable(p) for p in root.iterdir()))
 
 
 def rng_state(device: torch.device) -> Dict[str, Optional[torch.Tensor]]:
@@ -177,25 +288,26 @@ def scorable_checkpoints(path: str) -> List[Path]:
     by hand (a partial copy): every one is named in one error, before anything is scored.
 
     Raises:
-        FileNotFoundError: ``path`` does not exist, or holds neither config.json nor ``step_<N>``.
-        ValueError: some ``step_<N>`` lacks config.json or a weight file.
+        ScoringPathError: ``path`` does not exist, or holds neither config.json nor ``step_<N>``.
+        IncompleteCheckpointError: some ``step_<N>`` lacks config.json or a weight file.
     """
     root = Path(path)
     if not root.is_dir():
-        raise FileNotFoundError(f"checkpoints={path} does not exist")
+        raise ScoringPathError(f"checkpoints={path} does not exist")
     if (root / "config.json").is_file():
         found = [root]
     else:
         found = sorted((p for p in root.glob("step_*") if p.is_dir() and p.name[5:].isdigit()),
                        key=lambda p: int(p.name[5:]))
         if not found:
-            raise FileNotFoundError(f"checkpoints={path} holds neither a Hugging Face checkpoint (config.json) "
-                                    "nor step_<N> checkpoints of a run")
+            raise ScoringPathError(f"checkpoints={path} holds neither a Hugging Face checkpoint (config.json) "
+                                   "nor step_<N> checkpoints of a run")
     broken = [f"{p}: {why}" for p in found for why in [_incomplete(p)] if why]
     if broken:
-        raise ValueError(f"checkpoints={path}: {len(broken)} incomplete checkpoint{'s' * (len(broken) > 1)}, so "
-                         "nothing was scored:\n  " + "\n  ".join(broken) + "\nMove them out of the way (or point "
-                         "checkpoints at one complete checkpoint directory) and run again")
+        raise IncompleteCheckpointError(
+            f"checkpoints={path}: {len(broken)} incomplete checkpoint{'s' * (len(broken) > 1)}, so nothing was "
+            "scored:\n  " + "\n  ".join(broken) + "\nMove them out of the way (or point checkpoints at one "
+            "complete checkpoint directory) and run again")
     return found
 
 

@@ -35,10 +35,10 @@ from torchtune import config, training, utils
 from torchtune.modules import TransformerSelfAttentionLayer
 from tqdm import tqdm
 
-from entrodrop import schemas
+from entrodrop import cli, schemas
 from entrodrop.activations import checkpoint_layers
 from entrodrop.checkpointing import HFCheckpointer, latest_checkpoint
-from entrodrop.config_check import plain
+from entrodrop.config_check import ConfigError, plain
 from entrodrop.evaluation import (
     Evaluator,
     allow_code,
@@ -52,6 +52,7 @@ from entrodrop.loader import block_causal_mask, build_loader, describe_budget, p
 from entrodrop.loss import model_output_for
 from entrodrop.method import (
     AUTO,
+    AUTO_NOT_FIXED,
     EmbeddingHook,
     TokenDropout,
     add_hidden_dropout,
@@ -67,6 +68,8 @@ from entrodrop.run_dir import (
     move_aside,
     prune_checkpoints,
     refuse_earlier_run,
+    remove_killed_saves,
+    resumable,
     resume_state,
     rng_state,
     set_rng_state,
@@ -92,7 +95,7 @@ class EntroDropRecipeDistributed:
         dist.init_process_group("cuda:nccl,cpu:gloo" if self._device.type == "cuda" else "gloo")
         self._world_size, self._rank = utils.get_world_size_and_rank()
         if cfg.global_batch_size % (self._world_size * cfg.gradient_accumulation_steps):
-            raise ValueError(f"global_batch_size={cfg.global_batch_size} is not a multiple of {self._world_size} "
+            raise ConfigError(f"global_batch_size={cfg.global_batch_size} is not a multiple of {self._world_size} "
                              f"processes x gradient_accumulation_steps={cfg.gradient_accumulation_steps}")
         self._seed = training.set_seed(cfg.seed)  # torch's own RNG gets seed + rank; masks use seed
         self._output_dir = Path(cfg.output_dir)
@@ -161,21 +164,32 @@ class EntroDropRecipeDistributed:
 
     def _setup_output_dir(self, cfg: DictConfig):
         """(recipe state, its checkpoint) to resume from, or (None, None) for a fresh run into
-        directories that hold no earlier run (or whose earlier run was moved aside)."""
+        directories that hold no earlier run (or whose earlier run was moved aside). What a killed
+        save left (``remove_killed_saves``) is removed by rank 0 before a resume reads the directory;
+        a refused run touches nothing."""
         checkpoints = cfg.checkpointer.output_dir
         log_dir = cfg.metric_logger.get("log_dir")  # loggers without a local directory have none
         if not cfg.resume:
             found = earlier_run(checkpoints, log_dir or "", self._output_dir / "eval")
+            can_resume = resumable(checkpoints)
             dist.barrier()  # every rank has looked before rank 0 moves anything
             if not cfg.overwrite:
-                refuse_earlier_run(cfg.output_dir, found)
-            if found and self._rank == 0:
-                moved = move_aside(cfg.output_dir, [checkpoints, log_dir] if log_dir else [checkpoints])
-                log.info(f"overwrite=True: the earlier run was moved to {', '.join(map(str, moved))}")
+                refuse_earlier_run(cfg.output_dir, found, can_resume)
+            if self._rank == 0:
+                if found:
+                    moved = move_aside(cfg.output_dir, [checkpoints, log_dir] if log_dir else [checkpoints])
+                    log.info(f"overwrite=True: the earlier run was moved to {', '.join(map(str, moved))}")
+                for line in remove_killed_saves(checkpoints):  # left with no earlier run (nothing was moved)
+                    log.info(line)
             dist.barrier()
             return None, None
+        removed = remove_killed_saves(checkpoints) if self._rank == 0 else []  # rank 0 alone prints the error
+        for line in removed:
+            log.info(line)
+        dist.barrier()  # a step_<N> restored from its .old is in place before any rank looks
+        found = earlier_run(checkpoints, log_dir or "", self._output_dir / "eval") + removed
         num_steps = cfg.total_tokens // (cfg.global_batch_size * cfg.data.seq_len)
-        return resume_state(checkpoints, self._config, num_steps, schemas.may_change_on_resume(cfg))
+        return resume_state(checkpoints, self._config, num_steps, schemas.may_change_on_resume(cfg), found)
 
     def _setup_tasks(self, cfg: DictConfig) -> None:
         """lm-eval's task index, and every problem with the configured tasks."""
@@ -289,13 +303,13 @@ class EntroDropRecipeDistributed:
                 self._step, self._num_steps, epoch, batch["target_epoch"], self._eval_every, self._eval_every_n_epochs)
             epoch = batch["target_epoch"]
             # Evaluated before the save, so the checkpoint holds what the evaluation decided (the j0
-            # of midpoint: auto); recorded after, so evals.jsonl names only checkpoints that exist.
+            # of midpoint: auto); the save records it (an evaluation is always saved).
             record = self._evaluate(epoch) if evaluate else None
             if self._step % self._save_every == 0 or epoch_ended or evaluate or self._step == self._num_steps:
-                self.save_checkpoint(epoch)
-            if record:
-                self._record_evaluation(record)
+                self.save_checkpoint(epoch, record)
         progress.close()
+        if self._rank == 0 and self._auto_rule and self._j0 is None:
+            log.warning(AUTO_NOT_FIXED)  # the last line: this run is not EntroDrop
 
     def _setup_evaluation(self, cfg: DictConfig) -> None:
         """Held-out entropy-bucket validation and lm-eval task groups (``entrodrop.evaluation``)."""
@@ -359,7 +373,10 @@ class EntroDropRecipeDistributed:
             log.info(f"evaluation at step {self._step} (epoch {record['target_epoch']:.2f}): {flat}; "
                      f"best: {summary.get('best_checkpoint')}")
 
-    def save_checkpoint(self, target_epoch: float) -> Path:
+    def save_checkpoint(self, target_epoch: float, record: Optional[dict] = None) -> Path:
+        """Save this step's checkpoint, then record its evaluation ``record`` (after: evals.jsonl names
+        only checkpoints that exist), then prune (last: the best checkpoint it keeps is read from
+        the summary that record may have changed, so a new best never leaves the old one behind)."""
         # Every rank takes part in gathering the shards; rank 0 writes.
         rank_zero = self._rank == 0
         model_sd = training.gather_cpu_state_dict(self._model, rank_zero, device=self._device)
@@ -375,7 +392,9 @@ class EntroDropRecipeDistributed:
             path = self._checkpointer.save_checkpoint({"model": model_sd}, f"step_{self._step}", state,
                                                      {"step": self._step, "target_epoch": target_epoch})
             log.info(f"checkpoint: {path}")
-            # The newest checkpoints and the best so far stay; a new best comes from a later evaluation.
+            if record:
+                self._record_evaluation(record)  # rank 0's work alone
+            # The newest checkpoints stay, and the best by the summary that now includes this step's record.
             for old in prune_checkpoints(self._checkpointer.output_dir, self._keep_last_n,
                                          keep=best_checkpoint(self._output_dir / "eval"),
                                          keep_weights=self._keep_pruned_weights):
@@ -390,7 +409,7 @@ class EntroDropRecipeDistributed:
         dist.destroy_process_group()
 
 
-@config.parse
+@cli.parse
 def recipe_main(cfg: DictConfig) -> None:
     recipe = EntroDropRecipeDistributed(cfg)
     if recipe.setup(cfg):  # False: a resumed run that is already complete

@@ -29,7 +29,7 @@ from omegaconf import DictConfig
 from torchtune import config, training, utils
 from tqdm import tqdm
 
-from entrodrop import schemas
+from entrodrop import cli, schemas
 from entrodrop.activations import checkpoint_layers
 from entrodrop.checkpointing import HFCheckpointer, latest_checkpoint
 from entrodrop.config_check import plain
@@ -46,6 +46,7 @@ from entrodrop.loader import block_causal_mask, build_loader, describe_budget, p
 from entrodrop.loss import model_output_for
 from entrodrop.method import (
     AUTO,
+    AUTO_NOT_FIXED,
     EmbeddingHook,
     TokenDropout,
     add_hidden_dropout,
@@ -61,6 +62,8 @@ from entrodrop.run_dir import (
     move_aside,
     prune_checkpoints,
     refuse_earlier_run,
+    remove_killed_saves,
+    resumable,
     resume_state,
     rng_state,
     set_rng_state,
@@ -147,19 +150,27 @@ class EntroDropRecipeSingleDevice:
 
     def _setup_output_dir(self, cfg: DictConfig):
         """(recipe state, its checkpoint) to resume from, or (None, None) for a fresh run into
-        directories that hold no earlier run (or whose earlier run was moved aside)."""
+        directories that hold no earlier run (or whose earlier run was moved aside). What a killed
+        save left (``remove_killed_saves``) is removed before a resume reads the directory; a
+        refused run touches nothing."""
         checkpoints = cfg.checkpointer.output_dir
         log_dir = cfg.metric_logger.get("log_dir")  # loggers without a local directory have none
         if not cfg.resume:
             found = earlier_run(checkpoints, log_dir or "", self._output_dir / "eval")
             if not cfg.overwrite:
-                refuse_earlier_run(cfg.output_dir, found)
+                refuse_earlier_run(cfg.output_dir, found, resumable(checkpoints))
             if found:
                 moved = move_aside(cfg.output_dir, [checkpoints, log_dir] if log_dir else [checkpoints])
                 log.info(f"overwrite=True: the earlier run was moved to {', '.join(map(str, moved))}")
+            for line in remove_killed_saves(checkpoints):  # left with no earlier run (nothing was moved)
+                log.info(line)
             return None, None
+        removed = remove_killed_saves(checkpoints)
+        for line in removed:
+            log.info(line)
+        found = earlier_run(checkpoints, log_dir or "", self._output_dir / "eval") + removed
         num_steps = cfg.total_tokens // (cfg.global_batch_size * cfg.data.seq_len)
-        return resume_state(checkpoints, self._config, num_steps, schemas.may_change_on_resume(cfg))
+        return resume_state(checkpoints, self._config, num_steps, schemas.may_change_on_resume(cfg), found)
 
     def _setup_tasks(self, cfg: DictConfig) -> None:
         """lm-eval's task index, and every problem with the configured tasks."""
@@ -252,13 +263,13 @@ class EntroDropRecipeSingleDevice:
                 self._step, self._num_steps, epoch, batch["target_epoch"], self._eval_every, self._eval_every_n_epochs)
             epoch = batch["target_epoch"]
             # Evaluated before the save, so the checkpoint holds what the evaluation decided (the j0
-            # of midpoint: auto); recorded after, so evals.jsonl names only checkpoints that exist.
+            # of midpoint: auto); the save records it (an evaluation is always saved).
             record = self._evaluate(epoch) if evaluate else None
             if self._step % self._save_every == 0 or epoch_ended or evaluate or self._step == self._num_steps:
-                self.save_checkpoint(epoch)
-            if record:
-                self._record_evaluation(record)
+                self.save_checkpoint(epoch, record)
         progress.close()
+        if self._auto_rule and self._j0 is None:
+            log.warning(AUTO_NOT_FIXED)  # the last line: this run is not EntroDrop
 
     def _setup_evaluation(self, cfg: DictConfig) -> None:
         """Held-out entropy-bucket validation and lm-eval task groups (``entrodrop.evaluation``)."""
@@ -319,7 +330,10 @@ class EntroDropRecipeSingleDevice:
         log.info(f"evaluation at step {self._step} (epoch {record['target_epoch']:.2f}): {flat}; "
                  f"best: {summary.get('best_checkpoint')}")
 
-    def save_checkpoint(self, target_epoch: float) -> Path:
+    def save_checkpoint(self, target_epoch: float, record: Optional[dict] = None) -> Path:
+        """Save this step's checkpoint, then record its evaluation ``record`` (after: evals.jsonl names
+        only checkpoints that exist), then prune (last: the best checkpoint it keeps is read from
+        the summary that record may have changed, so a new best never leaves the old one behind)."""
         state = {
             "step": self._step, "seed": self._seed, "e_bar": self._e_bar.cpu(),
             "optimizer": self._optimizer.state_dict(), "lr_scheduler": self._lr_scheduler.state_dict(),
@@ -329,7 +343,9 @@ class EntroDropRecipeSingleDevice:
         path = self._checkpointer.save_checkpoint({"model": self._model.state_dict()}, f"step_{self._step}", state,
                                                    {"step": self._step, "target_epoch": target_epoch})
         log.info(f"checkpoint: {path}")
-        # The newest checkpoints and the best so far stay; a new best comes from a later evaluation.
+        if record:
+            self._record_evaluation(record)
+        # The newest checkpoints stay, and the best by the summary that now includes this step's record.
         for old in prune_checkpoints(self._checkpointer.output_dir, self._keep_last_n,
                                      keep=best_checkpoint(self._output_dir / "eval"),
                                      keep_weights=self._keep_pruned_weights):
@@ -342,7 +358,7 @@ class EntroDropRecipeSingleDevice:
             self._metric_logger.close()
 
 
-@config.parse
+@cli.parse
 def recipe_main(cfg: DictConfig) -> None:
     recipe = EntroDropRecipeSingleDevice(cfg)
     if recipe.setup(cfg):  # False: a resumed run that is already complete

@@ -175,8 +175,14 @@ def test_every_training_config_has_every_key_the_recipes_read(path):
     cfg = OmegaConf.load(path)
     problems = check_config(cfg, schemas.TRAINING, renamed=schemas.RENAMED)
     problems += schemas.check_rules(cfg, schemas.TRAINING_RULES, problems)
-    # What the header's commands (or a download) make is not there yet in a fresh checkout.
-    assert [p for p in problems if "holds no store" not in p and "holds no Hugging Face checkpoint" not in p] == []
+    assert not_yet_made(problems) == []
+
+
+def not_yet_made(problems: list) -> list:
+    """``problems`` but for what the header's commands (or a download) make, not there yet in a
+    fresh checkout: stores, the model directory and its tokenizer files."""
+    return [p for p in problems if "holds no store" not in p and "holds no Hugging Face checkpoint" not in p
+            and not (p.startswith("tokenizer.") and p.endswith("does not exist"))]
 
 
 TOKENIZE_CONFIGS = sorted((REPO / "configs").glob("*/*tokenize.yaml"))
@@ -189,7 +195,7 @@ def test_every_tokenize_config_has_every_key_the_recipe_reads(path):
 
     cfg = OmegaConf.load(path)
     problems = check_config(cfg, schemas.TOKENIZE, renamed=schemas.RENAMED)
-    assert problems + schemas.check_rules(cfg, schemas.TOKENIZE_RULES, problems) == []
+    assert not_yet_made(problems + schemas.check_rules(cfg, schemas.TOKENIZE_RULES, problems)) == []
 
 
 def hub_copies(root: Path) -> dict:

@@ -392,3 +392,38 @@ def test_a_diverging_loss_stops_the_run_and_keeps_the_last_checkpoint(data, tune
     assert last.name == f"step_{int(match.group(2)) - 1}"
     state = HFCheckpointer(str(last), "QWEN3", str(tmp_path / "x")).load_checkpoint()["model"]
     assert all(torch.isfinite(v).all() for v in state.values())
+
+
+def test_a_midpoint_auto_run_that_never_fixes_j0_says_so_last(data, tune_run, tmp_path):
+    """Two evaluations cannot fire a patience of 2: the run trained as the baseline, and says so."""
+    result = run(tune_run, *train_args(SINGLE, data, tmp_path, *AUTO, "total_tokens=12288"))
+    assert "midpoint: auto never fixed j0" in result.stderr.strip().splitlines()[-1]
+    summary = json.loads((tmp_path / "eval" / "summary.json").read_text())
+    assert summary["auto_midpoint"] is None and "trained as the baseline" in summary["auto_midpoint_note"]
+
+
+@pytest.mark.parametrize("config, nproc", [(SINGLE, 1), (DISTRIBUTED, 2)])
+def test_a_new_best_leaves_no_stale_checkpoint_and_resume_removes_what_killed_saves_left(data, tune_run, tmp_path,
+                                                                                        config, nproc):
+    # 5 steps, a validation and a checkpoint at each, the newest kept with the best. The loss falls
+    # at every step, so each new checkpoint is the new best too: pruned before its evaluation was
+    # recorded, the one before it (the best until then) stayed.
+    settings = ["total_tokens=10240", "save_every_n_steps=1", "keep_last_n_checkpoints=1", "evaluation.every_n_steps=1",
+                "evaluation.every_n_epochs=null", "evaluation.lm_eval.tasks.code=[]"]
+    run(tune_run, *train_args(config, data, tmp_path, *settings), nproc=nproc)
+    checkpoints = tmp_path / "checkpoints"
+    best = json.loads((tmp_path / "eval" / "summary.json").read_text())["best_checkpoint"]
+    assert Path(best["path"]).name == "step_5"
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["step_5"]
+
+    # What saves and a prune killed part way leave; resuming (a finished run) removes each and says so.
+    (checkpoints / ".step_99.tmp-x").mkdir()
+    (checkpoints / ".step_99.tmp-x" / "model.safetensors").write_bytes(b"part of a checkpoint")
+    shutil.copytree(checkpoints / "step_5", checkpoints / ".step_5.old")  # killed once the new step_5 was in place
+    (checkpoints / ".step_4.deleting").mkdir()
+    result = run(tune_run, *train_args(config, data, tmp_path, *settings, "resume=True"), nproc=nproc)
+    for name, what in ((".step_99.tmp-x", "save"), (".step_5.old", "save"),
+                       (".step_4.deleting", "pruning of old checkpoints")):
+        assert f"removed {checkpoints / name}, left by a {what} that was killed" in result.stderr, result.stderr[-2000:]
+    assert "the run is complete, nothing to do" in result.stderr
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["step_5"]

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from entrodrop.checkpointing import PROGRESS_FNAME, RECIPE_STATE_FNAME
+from entrodrop.errors import EntroDropError
 from entrodrop.run_dir import (
     best_checkpoint,
     checkpoint_progress,
@@ -14,6 +15,10 @@ from entrodrop.run_dir import (
     earlier_run,
     move_aside,
     prune_checkpoints,
+    refuse_earlier_run,
+    remove_killed_saves,
+    resumable,
+    resume_state,
     rng_state,
     scorable_checkpoints,
     set_rng_state,
@@ -99,14 +104,16 @@ def test_scorable_checkpoints_name_every_incomplete_one(tmp_path):
     assert scorable_checkpoints(str(root / "step_7")) == [root / "step_7"]  # one Hugging Face directory
     (root / "step_7" / "config.json").unlink()
     (root / "step_12" / "model.safetensors").unlink()
-    with pytest.raises(ValueError, match="2 incomplete checkpoints") as error:
+    with pytest.raises(EntroDropError, match="2 incomplete checkpoints") as error:
         scorable_checkpoints(str(root))
     assert f"{root / 'step_7'}: no config.json" in str(error.value)
     assert f"{root / 'step_12'}: no weight file" in str(error.value)
-    with pytest.raises(FileNotFoundError, match="holds neither"):
+    assert isinstance(error.value, ValueError)
+    with pytest.raises(EntroDropError, match="holds neither") as error:
         scorable_checkpoints(str(tmp_path))
     with pytest.raises(FileNotFoundError, match="does not exist"):
         scorable_checkpoints(str(tmp_path / "nowhere"))
+    assert isinstance(error.value, FileNotFoundError)
 
 
 def test_a_checkpoint_says_where_in_training_it_was_saved(tmp_path):
@@ -150,3 +157,83 @@ def test_the_saved_rng_state_repeats_the_draws_and_an_older_checkpoints_cpu_stat
         torch.manual_seed(6)
         set_rng_state(state, cpu)
         assert torch.equal(torch.rand(4), first)
+
+
+def test_a_run_that_failed_before_its_first_step_is_no_earlier_run(tmp_path):
+    # What the metric logger leaves at set-up: an empty log file (and torchtune's copy of the
+    # config, in output_dir, which may be the log directory too).
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "log_1700000000.txt").write_text("")
+    (logs / "torchtune_config.yaml").write_text("seed: 0\n")
+    assert earlier_run(tmp_path / "checkpoints", logs, tmp_path / "eval") == []
+    (logs / "log_1700000000.txt").write_text("Step 1 | loss:1.0\n")
+    assert earlier_run(tmp_path / "checkpoints", logs, tmp_path / "eval") == [f"{logs}: 1 log file"]
+
+
+def whole_checkpoint(path: Path) -> Path:
+    """A directory that holds all a resume reads: training state, config.json, weights."""
+    path.mkdir(parents=True)
+    for name, data in ((RECIPE_STATE_FNAME, b"state"), ("config.json", b"{}"), ("model.safetensors", b"w")):
+        (path / name).write_bytes(data)
+    return path
+
+
+def test_what_a_killed_save_left_is_removed_and_a_set_aside_checkpoint_restored(tmp_path):
+    root = tmp_path / "checkpoints"
+    assert remove_killed_saves(root) == []
+    make_checkpoints(root, [3, 6])
+    (root / "step_3" / "model.safetensors").write_bytes(b"w")
+    debris = [whole_checkpoint(root / ".step_9.tmp-a1b2c3d4"),  # a save killed before its rename
+              whole_checkpoint(root / ".step_6.old"),  # killed after the new step_6 was in place
+              whole_checkpoint(root / ".step_2.deleting")]  # a prune killed while deleting
+    (root / ".step_12.tmp-x").mkdir()  # killed as the save began
+    (root / ".step_8.old").mkdir()  # a set-aside step_8 deleted part way: nothing to restore
+    (root / ".step_8.old" / "config.json").write_text("{}")
+    whole_checkpoint(root / ".step_5.old")  # killed between the two renames: the only step_5
+    (root / ".step_5.tmp-y").mkdir()  # ... and the new step_5 it was to replace it with
+    (root / ".keep.tmp-z").mkdir()  # not a checkpoint's: left alone
+    (root / "notes.txt").write_text("mine")
+    assert not resumable(tmp_path / "nowhere") and resumable(root)
+    done = remove_killed_saves(root)
+    assert sorted(p.name for p in root.iterdir()) == [".keep.tmp-z", "notes.txt", "step_3", "step_5", "step_6"]
+    assert (root / "step_5" / RECIPE_STATE_FNAME).read_bytes() == b"state"
+    assert (root / "step_6" / RECIPE_STATE_FNAME).read_bytes() == b"state"  # the newer step_6 stays
+    save, prune = "left by a save that was killed", "left by a pruning of old checkpoints that was killed"
+    removed = [*debris[:2], root / ".step_12.tmp-x", root / ".step_8.old", root / ".step_5.tmp-y"]
+    assert sorted(done) == sorted([f"removed {p}, {save}" for p in removed] + [
+        f"removed {debris[2]}, {prune}",
+        f"restored {root / 'step_5'} from {root / '.step_5.old'}, which a save that was killed had set aside"])
+    assert remove_killed_saves(root) == []
+
+
+def test_a_run_with_no_whole_checkpoint_is_not_resumable_and_resuming_it_says_what_to_do(tmp_path):
+    root = tmp_path / "checkpoints"
+    (root / ".step_10.tmp-x").mkdir(parents=True)  # the first save, killed
+    assert not resumable(root)
+    whole_checkpoint(root / ".step_10.old")  # a set-aside step_10 with none beside it: restorable
+    assert resumable(root)
+
+    found = [f"{tmp_path / 'logs'}: 1 log file"]
+    with pytest.raises(FileExistsError) as error:
+        refuse_earlier_run("out", found, resumable=False)
+    message = str(error.value)
+    assert isinstance(error.value, EntroDropError)
+    assert message.startswith("output_dir=out holds an earlier run:\n  " + found[0])
+    assert "resume=True" not in message, "resuming a run with no checkpoint fails"
+    assert "cannot be resumed" in message and "overwrite=True" in message and "another output_dir" in message
+    with pytest.raises(EntroDropError, match="Continue it with resume=True, write elsewhere with another output_dir, "
+                                             "or set overwrite=True"):
+        refuse_earlier_run("out", found, resumable=True)
+    refuse_earlier_run("out", [], resumable=False)  # nothing there: nothing to refuse
+
+    removed = [f"removed {root / '.step_10.tmp-x'}, left by a save that was killed"]
+    with pytest.raises(FileNotFoundError) as error:
+        resume_state(str(tmp_path / "empty"), {}, 10, [], found + removed)
+    message = str(error.value)
+    assert isinstance(error.value, EntroDropError)
+    assert "holds no whole step_<N> checkpoint" in message and "cannot be resumed" in message
+    assert f"\n  {found[0]}\n  {removed[0]}\n" in message
+    assert "resume=False overwrite=True" in message and "another output_dir" in message
+    with pytest.raises(EntroDropError, match="there is no earlier run here to resume: start it with resume=False$"):
+        resume_state(str(tmp_path / "empty"), {}, 10, [], [])
