@@ -212,22 +212,25 @@ def raise_problems(problems: List[str], what: str) -> None:
 
 
 def differences(saved: Mapping[str, Any], current: Mapping[str, Any], may_change: Sequence[str],
-                prefix: str = "") -> List[str]:
+                prefix: str = "", added: Optional[Mapping[str, Any]] = None) -> List[str]:
     """Keys whose values differ between two plain config dicts, except those under
-    ``may_change`` (dotted keys); as ``"key: checkpoint has A, now B"`` lines.
+    ``may_change`` (dotted keys); as ``"key: checkpoint has A, now B"`` lines. ``added`` maps a
+    key that configs gained later to the value a saved config without it ran with.
 
     Example:
         >>> differences({"a": 1, "b": {"c": 2}, "log": 1}, {"a": 1, "b": {"c": 3}, "log": 5}, ["log"])
         ['b.c: checkpoint has 2, now 3']
+        >>> differences({"a": 1}, {"a": 1, "new": "x"}, [], added={"new": "x"})
+        []
     """
-    lines = []
+    lines, added = [], added or {}
     for key in sorted(set(saved) | set(current), key=str):
         path = f"{prefix}{key}"
         if path in may_change:
             continue
-        old, new = saved.get(key, "<absent>"), current.get(key, "<absent>")
+        old, new = saved.get(key, added.get(path, "<absent>")), current.get(key, "<absent>")
         if isinstance(old, Mapping) and isinstance(new, Mapping):
-            lines += differences(old, new, may_change, f"{path}.")
+            lines += differences(old, new, may_change, f"{path}.", added)
         elif old != new:
             lines.append(f"{path}: checkpoint has {old}, now {new}")
     return lines

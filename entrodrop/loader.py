@@ -31,6 +31,8 @@ A batch holds, per row position (all ``[b, seq_len]``):
     document_ids  which document of the row a position belongs to (padding: -1); use
                   ``block_causal_mask`` so attention does not cross documents
     input_pos     the position within its document, for the rotary embedding
+    sample        the target sample the position belongs to (-1 for general tokens and
+                  padding): with input_pos, the token's place in the target corpus
 
 and ``target_epoch``, how many passes over the target corpus the stream has made by the
 end of the batch (a float).
@@ -302,6 +304,7 @@ def pack_rows(rows: List[List[Tuple[int, int]]], seq_len: int,
     entropy = np.full((b, seq_len), np.nan, np.float32)
     domain = np.full((b, seq_len), PADDING, np.int8)
     document_ids = np.full((b, seq_len), -1, np.int32)
+    sample = np.full((b, seq_len), -1, np.int64)
     input_pos = np.tile(np.arange(seq_len), (b, 1))
     for r, row in enumerate(rows):
         start = 0
@@ -313,6 +316,8 @@ def pack_rows(rows: List[List[Tuple[int, int]]], seq_len: int,
             domain[r, start:end] = dom
             document_ids[r, start:end] = doc
             input_pos[r, start:end] = np.arange(len(ids))
+            if dom == TARGET:
+                sample[r, start:end] = i
             if ent is not None:
                 entropy[r, start:end] = ent
             start = end
@@ -324,6 +329,7 @@ def pack_rows(rows: List[List[Tuple[int, int]]], seq_len: int,
         "domain": torch.from_numpy(domain),
         "document_ids": torch.from_numpy(document_ids),
         "input_pos": torch.from_numpy(input_pos),
+        "sample": torch.from_numpy(sample),
     }
 
 

@@ -17,7 +17,7 @@ hooks run as they always do. ``model_output_for`` sets up whichever loss a confi
 """
 
 from functools import partial
-from typing import Callable, Optional
+from typing import Callable, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -58,26 +58,30 @@ def _target_losses(logits: torch.Tensor, logsumexp: torch.Tensor, labels: torch.
 
 
 class _ChunkedLinearCrossEntropy(torch.autograd.Function):
-    """Summed cross-entropy of ``hidden @ weight.T`` against ``labels``, ``chunk_size`` rows at a time."""
+    """Summed cross-entropy of ``hidden @ weight.T`` against ``labels``, ``chunk_size`` rows at a
+    time; and each row's own loss (0 where ignored), a by-product without a gradient."""
 
     @staticmethod
     def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, chunk_size: int,
-                ignore_index: int) -> torch.Tensor:
+                ignore_index: int) -> Tuple[torch.Tensor, torch.Tensor]:
         dtype = _accumulation_dtype(hidden.dtype)
         total = torch.zeros((), dtype=dtype, device=hidden.device)
         logsumexp = torch.empty(hidden.shape[0], dtype=dtype, device=hidden.device)
+        losses = torch.empty(hidden.shape[0], dtype=dtype, device=hidden.device)
         for start in range(0, hidden.shape[0], chunk_size):
             rows = slice(start, start + chunk_size)
             logits = _chunk_logits(hidden[rows], weight)
             logsumexp[rows] = torch.logsumexp(logits, dim=-1)
-            total += _target_losses(logits, logsumexp[rows], labels[rows], ignore_index).sum()
+            losses[rows] = _target_losses(logits, logsumexp[rows], labels[rows], ignore_index)
+            total += losses[rows].sum()
         ctx.save_for_backward(hidden, weight, labels, logsumexp)
         ctx.chunk_size, ctx.ignore_index = chunk_size, ignore_index
-        return total
+        ctx.mark_non_differentiable(losses)
+        return total, losses
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad_total: torch.Tensor):
+    def backward(ctx, grad_total: torch.Tensor, _grad_losses: Optional[torch.Tensor] = None):
         hidden, weight, labels, logsumexp = ctx.saved_tensors
         need_hidden, need_weight = ctx.needs_input_grad[:2]
         grad_hidden = torch.empty_like(hidden) if need_hidden else None
@@ -133,13 +137,22 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: tor
         >>> torch.allclose(loss, reference)
         True
     """
+    return linear_cross_entropy_and_token_losses(hidden, weight, labels, chunk_size, ignore_index, reduction)[0]
+
+
+def linear_cross_entropy_and_token_losses(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
+                                          chunk_size: int = 4096, ignore_index: int = IGNORE_INDEX,
+                                          reduction: str = "sum") -> Tuple[torch.Tensor, torch.Tensor]:
+    """``linear_cross_entropy``, and the ``[...]`` fp32 loss of each token (0 where ignored), detached:
+    the chunks compute it anyway, so it costs one write of a float per token, and no device sync."""
     if hidden.shape[:-1] != labels.shape or weight.ndim != 2 or hidden.shape[-1] != weight.shape[1]:
         raise ValueError(f"linear_cross_entropy: hidden {tuple(hidden.shape)}, weight {tuple(weight.shape)} and labels "
                          f"{tuple(labels.shape)} do not fit: expected [..., d], [vocab, d] and [...]")
     _check_settings(chunk_size, "torch", reduction)
+    shape = labels.shape
     hidden, labels = hidden.reshape(-1, hidden.shape[-1]), labels.reshape(-1)
-    total = _ChunkedLinearCrossEntropy.apply(hidden, weight, labels, chunk_size, ignore_index)
-    return total if reduction == "sum" else total / (labels != ignore_index).sum()
+    total, losses = _ChunkedLinearCrossEntropy.apply(hidden, weight, labels, chunk_size, ignore_index)
+    return (total if reduction == "sum" else total / (labels != ignore_index).sum()), losses.view(shape)
 
 
 @torch.no_grad()
@@ -254,6 +267,13 @@ class LinearCrossEntropy:
         """Bind the loss to ``model``'s output projection (its weight is read at each call)."""
         _projection_weight(model)  # a model without a usable projection fails here, not at the first step
         self._model = model
+
+    def with_token_losses(self, hidden: torch.Tensor, labels: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The loss, and each token's loss (``[b, s]`` fp32, detached, 0 where ignored); ``impl: torch`` only."""
+        if self._model is None or self._liger is not None:
+            raise RuntimeError("LinearCrossEntropy.with_token_losses: impl: torch, after set_model_output(model)")
+        return linear_cross_entropy_and_token_losses(hidden, output_weight(self._model), labels, self.chunk_size,
+                                                     self.ignore_index, self.reduction)
 
     def __call__(self, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         if self._model is None:

@@ -31,6 +31,9 @@ from entrodrop.loader import TARGET
 
 TARGETING = ("low", "high", "random")
 SCHEDULES = ("sigmoid", "static", "none")
+# What the gate ranks: the cached base-model entropy (the paper), or the live training loss
+# (entrodrop.loss_signal, the paper's future work).
+SIGNALS = ("entropy", "loss")
 AUTO = "auto"  # token_dropout.midpoint: auto (see auto_midpoint)
 # What a midpoint: auto run that ended before auto_midpoint fired did (its last log line, summary.json).
 AUTO_NOT_FIXED = ("midpoint: auto never fixed j0: the validation loss never went auto_patience evaluations in a row "

@@ -106,7 +106,8 @@ def refuse_earlier_run(output_dir: str, found: List[str], resumable: bool) -> No
 
 
 def resume_state(checkpoint_dir: str, config: Dict[str, Any], num_steps: int,
-                 may_change: Sequence[str], found: Sequence[str] = ()) -> Tuple[Dict[str, Any], Path]:
+                 may_change: Sequence[str], found: Sequence[str] = (),
+                 added: Optional[Dict[str, Any]] = None) -> Tuple[Dict[str, Any], Path]:
     """The recipe state of the latest checkpoint and its directory, once the config it was
     trained with matches ``config`` (plain values) but for the keys under ``may_change``, and
     its step fits in a budget of ``num_steps``. One ``ConfigError`` names every difference.
@@ -121,7 +122,7 @@ def resume_state(checkpoint_dir: str, config: Dict[str, Any], num_steps: int,
     state = torch.load(resume_dir / RECIPE_STATE_FNAME, weights_only=False, mmap=True)
     if "config" not in state:
         raise ConfigError(f"{resume_dir} was written by an older version that kept no config: resume it with that one")
-    problems = differences(state["config"], config, may_change)
+    problems = differences(state["config"], config, may_change, added=added)
     if num_steps < state["step"]:
         problems.append(f"total_tokens={config['total_tokens']} is {num_steps} steps, fewer than the "
                         f"{state['step']} the checkpoint has trained")

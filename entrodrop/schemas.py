@@ -33,7 +33,7 @@ from entrodrop.config_check import (
     string,
 )
 from entrodrop.corpus import LONG_SAMPLES
-from entrodrop.method import AUTO, SCHEDULES, TARGETING
+from entrodrop.method import AUTO, SCHEDULES, SIGNALS, TARGETING
 from entrodrop.sources import LOCAL_BUILDERS, STYLES, template_fields
 
 Rule = Tuple[Sequence[str], Callable[[DictConfig], List[str]]]  # (keys it reads, cfg -> problems)
@@ -98,6 +98,9 @@ TRAINING = {
     "gradient_accumulation_steps": integer(minimum=1),
     "token_dropout": {
         "targeting": one_of(*TARGETING),
+        # entropy: rank by the cached base-model entropy (the paper); loss: by each token's own
+        # training loss at its last visit (entrodrop.loss_signal), its entropy before the first.
+        "signal": one_of(*SIGNALS),
         "gate_percentile": number_in(0, 1, low_open=True),
         "schedule": one_of(*SCHEDULES),
         "gamma_max": number_in(0, 1),
@@ -156,6 +159,8 @@ MAY_CHANGE_ON_RESUME = (
     "save_every_n_steps", "keep_last_n_checkpoints", "keep_pruned_weights", "log_every_n_steps", "metric_logger",
 )
 AUTO_KEYS = ("token_dropout.auto_patience", "token_dropout.auto_min_improvement")
+# Keys configs gained later -> what a checkpoint saved without them trained with (resume compares).
+ADDED_KEYS = {"token_dropout.signal": "entropy"}
 
 
 def may_change_on_resume(cfg: DictConfig) -> Tuple[str, ...]:
@@ -276,6 +281,21 @@ def _validation_pair(cfg: DictConfig) -> List[str]:
     return []
 
 
+def _loss_signal(cfg: DictConfig) -> List[str]:
+    """``signal: loss`` ranks tokens for the gate: it needs a ranking gate and the entropy cache
+    (the signal before a token's first visit, and the store's layout)."""
+    td = cfg.token_dropout
+    if td.signal != "loss":
+        return []
+    if td.targeting == "random" or td.schedule == "none":
+        why = "targeting=random gates every token" if td.targeting == "random" else "schedule=none drops nothing"
+        return [f"token_dropout.signal=loss ranks the tokens the gate takes, but {why}: use signal=entropy"]
+    if cfg.data.target_entropy is None:
+        return ["token_dropout.signal=loss starts from the entropy cache (each token's signal before its first "
+                "visit): set data.target_entropy"]
+    return []
+
+
 def _auto_midpoint(cfg: DictConfig) -> List[str]:
     """``midpoint: auto`` watches the all-token validation loss at the evaluation cadence."""
     td, ev = cfg.token_dropout, cfg.evaluation
@@ -301,6 +321,8 @@ TRAINING_RULES: List[Rule] = [
     (["model", "data.seq_len", "evaluation.lm_eval"], _training_lengths),
     (["tokenizer", "evaluation.lm_eval"], _training_files),
     (["data.target_entropy", "token_dropout.schedule", "token_dropout.targeting"], _entropy_needed),
+    (["token_dropout.signal", "token_dropout.schedule", "token_dropout.targeting", "data.target_entropy"],
+     _loss_signal),
     (["evaluation.validation.target_tokens", "evaluation.validation.target_entropy"], _validation_pair),
     (["token_dropout.midpoint", "token_dropout.schedule", "evaluation.validation.target_tokens",
       "evaluation.every_n_steps", "evaluation.every_n_epochs"], _auto_midpoint),

@@ -26,7 +26,7 @@ import time
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -50,6 +50,7 @@ from entrodrop.evaluation import (
 )
 from entrodrop.loader import block_causal_mask, build_loader, describe_budget, plan_budget
 from entrodrop.loss import model_output_for
+from entrodrop.loss_signal import LossSignal, loss_with_token_losses
 from entrodrop.method import (
     AUTO,
     AUTO_NOT_FIXED,
@@ -74,6 +75,7 @@ from entrodrop.run_dir import (
     rng_state,
     set_rng_state,
 )
+from entrodrop.sample_store import SampleStore
 
 log = utils.get_logger("INFO")
 
@@ -111,6 +113,8 @@ class EntroDropRecipeDistributed:
         self._config = plain(cfg)  # saved with each checkpoint; a resumed run must match it
         # A bad loss setting (or liger-kernel missing) fails here, before any data or model loads.
         self._loss_fn = config.instantiate(cfg.loss)
+        # signal: loss reads each token's loss from the same pass (entrodrop.loss_signal); None: the loss alone.
+        self._loss_and_tokens = loss_with_token_losses(self._loss_fn) if cfg.token_dropout.signal == "loss" else None
         self._metric_logger = None
 
     def setup(self, cfg: DictConfig) -> bool:
@@ -146,6 +150,11 @@ class EntroDropRecipeDistributed:
                                      None if self._auto_rule else td.midpoint, td.midpoint_unit, self._seed)
         if self._j0:
             self._fix_midpoint(self._j0)
+        # signal: loss - the live signal store, the cached entropies until each token's first visit.
+        self._entropy = SampleStore(cfg.data.target_entropy, "entropy") if self._loss_and_tokens else None
+        self._signal = LossSignal(self._entropy, self._device) if self._entropy else None
+        if self._signal and state:
+            self._signal.load_state_dict(state["loss_signal"])
         self._optimizer = config.instantiate(cfg.optimizer, self._model.parameters())
         self._lr_scheduler = config.instantiate(cfg.lr_scheduler, self._optimizer, num_training_steps=self._num_steps)
         if state:
@@ -189,7 +198,8 @@ class EntroDropRecipeDistributed:
         dist.barrier()  # a step_<N> restored from its .old is in place before any rank looks
         found = earlier_run(checkpoints, log_dir or "", self._output_dir / "eval") + removed
         num_steps = cfg.total_tokens // (cfg.global_batch_size * cfg.data.seq_len)
-        return resume_state(checkpoints, self._config, num_steps, schemas.may_change_on_resume(cfg), found)
+        return resume_state(checkpoints, self._config, num_steps, schemas.may_change_on_resume(cfg), found,
+                            schemas.ADDED_KEYS)
 
     def _setup_tasks(self, cfg: DictConfig) -> None:
         """lm-eval's task index, and every problem with the configured tasks."""
@@ -237,11 +247,16 @@ class EntroDropRecipeDistributed:
         utils.log_rank_zero(log, f"activation checkpointing: {num_checkpointed} of {len(model.layers)} layers")
         return model
 
-    def _loss_sum(self, batch: dict) -> torch.Tensor:
-        """Summed next-token loss of a micro-batch (labels are already shifted by the loader)."""
+    def _loss_sum(self, batch: dict) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """Summed next-token loss of a micro-batch (labels are already shifted by the loader), and
+        with signal: loss each token's loss ([b, s], detached; else None)."""
         batch = {k: v.to(self._device) for k, v in batch.items()}
         output = self._forward(batch["tokens"], mask=block_causal_mask(batch["document_ids"]), input_pos=batch["input_pos"])
-        return self._loss_fn(output, batch["labels"]) * (batch["labels"] != self._loss_fn.ignore_index).sum()
+        num_tokens = (batch["labels"] != self._loss_fn.ignore_index).sum()
+        if self._loss_and_tokens is None:
+            return self._loss_fn(output, batch["labels"]) * num_tokens, None
+        loss, token_losses = self._loss_and_tokens(output, batch["labels"])
+        return loss * num_tokens, token_losses
 
     def train(self) -> None:
         self._model.train()
@@ -255,22 +270,29 @@ class EntroDropRecipeDistributed:
             num_tokens = torch.tensor((batch["labels"] != self._loss_fn.ignore_index).sum().item(), device=self._device)
             dist.all_reduce(num_tokens)  # the loss is a mean over the global batch's tokens
             num_tokens = int(num_tokens)
+            if self._signal:  # signal: loss ranks each target token by its last training loss
+                index = self._signal.index(batch["sample"], batch["input_pos"])
+                batch = {**batch, "entropy": self._signal.lookup(index)}
             drop, noise, stats, counts = plan_perturbation(
                 self._dropout, self._neftune_alpha, batch, self._step, self._loader.root.rows,
                 self._e_bar.numel(), self._device)
             rows = batch["tokens"].shape[0] // self._grad_accum
-            loss_sum = torch.zeros((), dtype=torch.float64, device=self._device)
+            loss_sum, token_losses = torch.zeros((), dtype=torch.float64, device=self._device), []
             for m in range(self._grad_accum):
                 part = slice(m * rows, (m + 1) * rows)
                 # EntroDrop enters here: the embedding hook puts e_bar at the dropped positions.
                 self._embedding_hook.set(partial(perturb_embeddings, e_bar=self._e_bar,
                                                  drop=None if drop is None else drop[part],
                                                  noise=None if noise is None else noise[part]))
-                loss = self._loss_sum({k: v[part] for k, v in tensors.items()})
+                loss, losses = self._loss_sum({k: v[part] for k, v in tensors.items()})
+                token_losses.append(losses)
                 # FSDP2 averages gradients over ranks; scale so they are those of the global mean.
                 (loss * self._world_size / num_tokens).backward()
                 loss_sum += loss.detach().double()  # read once a step: a read per micro-batch would wait for each
             self._embedding_hook.set(None)
+            if self._signal:
+                self._signal.record(index, tensors["labels"].to(self._device, non_blocking=True), torch.cat(token_losses),
+                                    drop, self._loss_fn.ignore_index, distributed=True)
             totals = torch.cat([loss_sum.view(1), counts.double()])
             dist.all_reduce(totals)
             loss_sum, dropped, targets = totals.tolist()
@@ -336,6 +358,8 @@ class EntroDropRecipeDistributed:
         self._model.train()
         if self._auto_rule:
             record["auto_midpoint"] = self._watch_midpoint(record)
+        if self._signal:  # how far the loss gate has moved from the entropy gate
+            record["signal"] = self._signal.agreement(self._entropy, self._dropout.gate_percentile, self._dropout.targeting)
         return record
 
     def _watch_midpoint(self, record: dict) -> Optional[dict]:
@@ -366,6 +390,7 @@ class EntroDropRecipeDistributed:
             summary = record_evaluation(self._output_dir / "eval", record, self._target_group)
             flat = {f"val_loss_{k}": v for k, v in record.get("val_loss", {}).items()}
             flat.update({f"{g}_average": v for g, v in record.get("groups", {}).items()})
+            flat.update({f"signal_{k}": v for k, v in record.get("signal", {}).items()})
             j0 = record.get("auto_midpoint")
             if j0 and j0["fixed_at_step"] == self._step:
                 flat.update(midpoint_epoch=j0["target_epoch"], midpoint_step=j0["step"])
@@ -388,6 +413,7 @@ class EntroDropRecipeDistributed:
                 "step": self._step, "seed": self._seed, "e_bar": self._e_bar.cpu(), "optimizer": optimizer_sd,
                 "lr_scheduler": self._lr_scheduler.state_dict(), "loader": self._loader.state_dict(), "rng": rng,
                 "config": self._config, "val_losses": self._val_losses, "j0": self._j0,  # midpoint: auto
+                "loss_signal": self._signal.state_dict() if self._signal else None,
             }
             path = self._checkpointer.save_checkpoint({"model": model_sd}, f"step_{self._step}", state,
                                                      {"step": self._step, "target_epoch": target_epoch})
