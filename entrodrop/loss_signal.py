@@ -149,7 +149,9 @@ class LossSignal:
 
 
 def _all_gather(x: torch.Tensor) -> torch.Tensor:
-    out = x.new_empty((dist.get_world_size(), *x.shape))
+    """Every rank's ``x``, concatenated along dim 0. The concatenated form: gloo takes no other
+    for a 2-d input (the stacked ``[world, *x.shape]`` fails there), NCCL takes both."""
+    out = x.new_empty((dist.get_world_size() * x.shape[0], *x.shape[1:]))
     dist.all_gather_into_tensor(out, x.contiguous())
     return out
 
