@@ -282,15 +282,19 @@ def _validation_pair(cfg: DictConfig) -> List[str]:
 
 
 def _loss_signal(cfg: DictConfig) -> List[str]:
-    """``signal: loss`` ranks tokens for the gate: it needs a ranking gate and the entropy cache
-    (the signal before a token's first visit, and the store's layout)."""
+    """``signal: loss`` ranks tokens for the gate: it needs a gate that ranks (and, below, the
+    entropy cache: the signal before a token's first visit, and the store's layout)."""
     td = cfg.token_dropout
     if td.signal != "loss":
         return []
     if td.targeting == "random" or td.schedule == "none":
         why = "targeting=random gates every token" if td.targeting == "random" else "schedule=none drops nothing"
         return [f"token_dropout.signal=loss ranks the tokens the gate takes, but {why}: use signal=entropy"]
-    if cfg.data.target_entropy is None:
+    return []
+
+
+def _loss_signal_start(cfg: DictConfig) -> List[str]:
+    if cfg.token_dropout.signal == "loss" and cfg.data.target_entropy is None:
         return ["token_dropout.signal=loss starts from the entropy cache (each token's signal before its first "
                 "visit): set data.target_entropy"]
     return []
@@ -321,8 +325,8 @@ TRAINING_RULES: List[Rule] = [
     (["model", "data.seq_len", "evaluation.lm_eval"], _training_lengths),
     (["tokenizer", "evaluation.lm_eval"], _training_files),
     (["data.target_entropy", "token_dropout.schedule", "token_dropout.targeting"], _entropy_needed),
-    (["token_dropout.signal", "token_dropout.schedule", "token_dropout.targeting", "data.target_entropy"],
-     _loss_signal),
+    (["token_dropout.signal", "token_dropout.schedule", "token_dropout.targeting"], _loss_signal),
+    (["token_dropout.signal", "data.target_entropy"], _loss_signal_start),
     (["evaluation.validation.target_tokens", "evaluation.validation.target_entropy"], _validation_pair),
     (["token_dropout.midpoint", "token_dropout.schedule", "evaluation.validation.target_tokens",
       "evaluation.every_n_steps", "evaluation.every_n_epochs"], _auto_midpoint),
