@@ -11,9 +11,16 @@ more runs ``write_report`` draws
     score_vs_val_loss.png     the target group's average against the validation loss, one point
                               per evaluation (figure 1b), when a target group is given
     gamma_schedule.png        gamma_max(j) and the drawn gamma_j against step
+    signal_agreement.png      with ``token_dropout.signal: loss``: how far the loss gate has
+                              moved from the entropy gate, against target epoch - the share of
+                              the entropy gate's tokens the loss gate takes too, and the rank
+                              correlation of the two signals; one line per such run. Not
+                              written when no run has a loss signal (an entropy run's gate is
+                              the entropy gate: 1 and 1 at every evaluation, nothing to see)
     table.md                  per run: best target-group average and the documents per task
                               it covers, best epoch, minimum validation loss (the paper's
-                              table of gamma_max), and the curriculum midpoint j0 it trained with
+                              table of gamma_max), the curriculum midpoint j0 it trained with,
+                              and the signal its gate ranked (``run_signal``)
 
 and proposes the curriculum midpoint j0 from a baseline run: the target epoch where its
 validation loss stops falling, the paper's "transition from productive learning to
@@ -202,6 +209,47 @@ def run_midpoint(run: Dict) -> str:
     return f"{j0['target_epoch']:.2f} (auto, fixed at {'step ' + str(j0['fixed_at_step']) if at is None else f'{at:.2f}'})"
 
 
+def run_signal(run: Dict) -> str:
+    """What a run's gate ranked, as the tables show it: ``entropy`` or ``loss``
+    (``token_dropout.signal``; a config saved before the key existed trained with entropy), or
+    ``-`` where no signal is read (no token dropout, random targeting, or no config to read)."""
+    td = run["token_dropout"]
+    if not td or td.get("schedule") == "none" or td.get("targeting") == "random":
+        return "-"
+    return td.get("signal", "entropy")
+
+
+def agreement_points(run: Dict) -> List[tuple]:
+    """``(target epoch, gate agreement, rank correlation)`` of each of ``run``'s evaluations that
+    has a target epoch and a ``signal`` record (``signal: loss`` runs log one each evaluation)."""
+    return [(e["target_epoch"], e["signal"]["gate_agreement"], e["signal"]["rank_correlation"])
+            for e in with_epoch(run["evals"]) if e.get("signal")]
+
+
+def draw_signal_agreement(runs: List[Dict], path, color: Dict[str, str]) -> bool:
+    """``signal_agreement.png``: ``agreement_points`` of each run that has them, in two panels;
+    False (nothing drawn) when no run has any."""
+    drawn = [(run, agreement_points(run)) for run in runs]
+    drawn = [(run, points) for run, points in drawn if points]
+    if not drawn:
+        return False
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharex=True)
+    titles = [("gate agreement", "share of the entropy gate's tokens\nthe loss gate takes too"),
+              ("rank correlation", "Spearman correlation of loss and\nentropy over the target tokens")]
+    for panel, (ax, (title, ylabel)) in enumerate(zip(axes, titles)):
+        for run, points in drawn:
+            epochs, *values = zip(*points)
+            ax.plot(epochs, values[panel], marker="o", label=run["name"], color=color[run["name"]])
+        ax.set(title=title, xlabel="target epoch", ylabel=ylabel, ylim=(min(0.0, ax.get_ylim()[0]), 1.02))
+        ax.grid(alpha=0.3)
+    axes[0].legend()
+    fig.suptitle("signal: loss - how far the loss gate has moved from the entropy gate (1: not at all)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
 def check_selection(runs: List[Dict], target_group: Optional[str], baseline: Optional[str]) -> List[str]:
     """What is wrong with ``--target-group`` and ``--baseline`` for ``runs``, each with what exists."""
     problems = []
@@ -277,6 +325,8 @@ def write_report(runs: List[Dict], out_dir: str, target_group: Optional[str] = N
     if target_group is not None:
         draw_score_vs_loss(runs, target_group, out / "score_vs_val_loss.png", kept[target_group])
         files.append("score_vs_val_loss.png")
+    if draw_signal_agreement(runs, out / "signal_agreement.png", color):
+        files.append("signal_agreement.png")
 
     fig, ax = plt.subplots(figsize=(6.5, 3.6))
     for run in runs:
@@ -297,16 +347,17 @@ def write_report(runs: List[Dict], out_dir: str, target_group: Optional[str] = N
     fig.savefig(out / "gamma_schedule.png", dpi=110)
     plt.close(fig)
 
-    rows = [{**summarize(run, target_group, shown.get(target_group, [])), "midpoint": run_midpoint(run)} for run in runs]
+    rows = [{**summarize(run, target_group, shown.get(target_group, [])), "midpoint": run_midpoint(run),
+             "signal": run_signal(run)} for run in runs]
     if midpoint and midpoint["midpoint_epochs"] is not None:
         rows[[run["name"] for run in runs].index(baseline)]["midpoint"] = f"{midpoint['midpoint_epochs']:.2f} (proposed)"
     # The documents per task beside each average: a model's score on a subset of each task (an
     # in-training ``limit``) differs from its score on every document, and would read as another result.
     lines = [f"| run | best {target_group or 'target'} average | documents per task | best epoch | min val loss "
-             "| curriculum j0 (epoch) |",
-             "|---|---|---|---|---|---|"]
+             "| curriculum j0 (epoch) | signal |",
+             "|---|---|---|---|---|---|---|"]
     lines += [f"| {r['run']} | {_fmt(r['best_average'], 3)} | {r['documents']} | {_fmt(r['best_epoch'], 2)} "
-              f"| {_fmt(r['min_val_loss'], 4)} | {r['midpoint']} |" for r in rows]
+              f"| {_fmt(r['min_val_loss'], 4)} | {r['midpoint']} | {r['signal']} |" for r in rows]
     if midpoint:
         prefix = "Proposed midpoint (j0)" if midpoint["midpoint_epochs"] is not None else "No midpoint (j0)"
         lines += ["", f"{prefix} from {midpoint['run']}: {midpoint['note']}."]
@@ -320,6 +371,12 @@ def write_report(runs: List[Dict], out_dir: str, target_group: Optional[str] = N
         elif (run["token_dropout"] or {}).get("midpoint") == "auto":
             lines += ["", f"`midpoint: auto` in {run['name']} never fixed j0: its validation loss kept improving, "
                           "and the curriculum stayed off."]
+        points = agreement_points(run)
+        if points:
+            epoch, agreement, rho = points[-1]
+            lines += ["", f"`signal: loss` in {run['name']}: at epoch {epoch:.2f} its gate took {agreement:.1%} of the "
+                          f"entropy gate's tokens; rank correlation of the two signals {rho:.3f} "
+                          "(signal_agreement.png)."]
     (out / "table.md").write_text("\n".join(lines) + "\n")
     return {"rows": rows, "midpoint": midpoint, "auto_midpoints": {run["name"]: run["auto_midpoint"] for run in runs},
             "notes": notes, "files": [str(out / f) for f in (*files, "gamma_schedule.png", "table.md")]}
@@ -453,20 +510,24 @@ def comparison_table(runs: Dict[str, Dict], rows: Sequence[Sequence[str]], targe
     best ``target_group`` average, each difference from ``baseline`` beside it, and the seed
     spread (``seed_spread``) under it, so a reader can tell an effect from noise. Every average
     covers the same documents per task (``compared``), which the header names; a run with none
-    of those says which documents its scores covered instead of a number."""
+    of those says which documents its scores covered instead of a number. When a row's run
+    ranked the loss, a last column marks each row's signal (``run_signal``); a table of entropy
+    runs alone is the paper's and has none."""
     kept = compared(list(runs.values()), target_group)
     base = summarize(runs[baseline], target_group, kept)
     delta = lambda value, ref, digits: "-" if value is None or ref is None else f"{value - ref:+.{digits}f}"  # noqa: E731
     documents = f" ({documents_per_task(kept[-1].get('limit'))} documents per task)" if kept else ""
+    signals = any(run_signal(runs[name]) == "loss" for _, name in rows)
     lines = [f"| run | best epoch | min val loss | vs {baseline} | best {target_group} average{documents} "
-             f"| vs {baseline} |",
-             "|---|---|---|---|---|---|"]
+             f"| vs {baseline} |{' signal |' * signals}",
+             "|---|---|---|---|---|---|" + "---|" * signals]
     for label, name in rows:
         r = summarize(runs[name], target_group, kept)
         average = r["documents"] if r["best_average"] is None else _fmt(r["best_average"], 3)  # "-", or why not
         lines.append(f"| {label} | {_fmt(r['best_epoch'], 2)} | {_fmt(r['min_val_loss'], 4)} | "
                      f"{delta(r['min_val_loss'], base['min_val_loss'], 4)} | {average} | "
-                     f"{delta(r['best_average'], base['best_average'], 3)} |")
+                     f"{delta(r['best_average'], base['best_average'], 3)} |"
+                     + (f" {run_signal(runs[name])} |" if signals else ""))
     lines += ["", f"Seed spread (one setting, two seeds): min val loss {_fmt(spread['min_val_loss'], 4)}, best "
                   f"{target_group} average {_fmt(spread['best_average'], 3)}. A difference within it is noise."]
     return lines

@@ -14,11 +14,15 @@ ids). Then, each through ``tune run`` with the model's own configs under ``confi
     train        recipes/entrodrop_single_device.py, ``--rows`` rows of ``--seq-len`` tokens a
                  step, the config's micro-batch, compile and activation checkpointing, EntroDrop
                  off (``schedule=none``) and static (``gamma_max`` from step 0: the gate and the
-                 mask at full strength), same seed and batches, interleaved off, static, static,
-                 off (``--repeats`` pairs)
+                 mask at full strength), and static with ``signal=loss`` (issue 24: the gate ranks
+                 each token's last training loss, kept in a store of 2 bytes a target token);
+                 same seed and batches, interleaved off, static, loss, then loss, static, off
+                 (``--repeats`` times)
 
 Training figures are medians over the steps after ``--warmup`` (compilation happens there);
-EntroDrop's cost is the median over those steps and pairs of the static/off step-time ratio.
+EntroDrop's cost is the median over those steps and repeats of the static/off step-time ratio,
+``signal: loss``'s the median of the loss/static ratio (target: within 1%), beside the growth of
+peak memory against the store's size (target: the store only).
 MFU counts 6N + 12·L·H·Q·T FLOPs per trained token and 2N + 4·L·H·Q·T per precomputed one
 (N parameters, the output projection counted once and the embedding lookup free; L layers, H
 attention heads of width Q, T the row length), against ``--peak-tflops`` (989: H100 SXM dense
@@ -41,6 +45,7 @@ from omegaconf import OmegaConf
 from entrodrop.checkpointing import write_random_checkpoint
 from entrodrop.models import shapes
 from entrodrop.report import read_run
+from entrodrop.sample_store import SampleStore
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "assets" / "tiny"
@@ -54,6 +59,13 @@ MODELS = {  # name: (model type, builder arguments, training config, precompute 
     "llama3_1_8b": ("LLAMA3", shapes.LLAMA3_1_8B, "configs/llama3_1/8B_instruct_entrodrop_single_device.yaml",
                     "configs/llama3_1/8B_instruct_precompute_entropy.yaml"),
     "tiny": ("QWEN3", None, "configs/tiny/qwen3_entrodrop_single_device.yaml", "configs/tiny/qwen3_precompute_entropy.yaml"),
+}
+
+
+TRAIN_RUNS = {  # name: (the table's stage, overrides), in the order a round runs them
+    "none": ("train, EntroDrop off", ["token_dropout.schedule=none"]),
+    "static": ("train, EntroDrop static", ["token_dropout.schedule=static"]),
+    "loss": ("train, EntroDrop static, signal: loss", ["token_dropout.schedule=static", "token_dropout.signal=loss"]),
 }
 
 
@@ -121,7 +133,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=16, help="rows of --seq-len tokens a training step")
     parser.add_argument("--steps", type=int, default=16, help="training steps a run, warm-up included")
     parser.add_argument("--warmup", type=int, default=6, help="steps left out of the figures (compilation)")
-    parser.add_argument("--repeats", type=int, default=1, help="pairs of off/static runs, interleaved")
+    parser.add_argument("--repeats", type=int, default=1, help="rounds of off/static/loss runs, interleaved")
     parser.add_argument("--target-tokens", type=int, default=2_000_000, help="about this many target tokens")
     parser.add_argument("--peak-tflops", type=float, default=989.0)
     parser.add_argument("--out", type=Path, default=Path("/tmp/entrodrop_bench_gpu"))
@@ -147,10 +159,10 @@ def main() -> None:
         if result.returncode:
             sys.exit(f"tokenize failed, see {out / 'tokenize.log'}:\n{result.stderr[-2000:]}")
     print(f"device {torch.cuda.get_device_name() if args.device == 'cuda' else 'cpu'}; rows of {args.seq_len} tokens, "
-          f"{args.rows} a training step, {args.steps} steps a run ({args.warmup} warm-up), {args.repeats} off/static "
-          f"pair(s); MFU against {args.peak_tflops:g} TFLOP/s, counting 6N + 12·L·H·Q·T FLOPs a trained token and "
-          f"2N + 4·L·H·Q·T a precomputed one (N parameters less the embedding lookup, L layers, H heads of width Q, "
-          f"T the row length)\n")
+          f"{args.rows} a training step, {args.steps} steps a run ({args.warmup} warm-up), {args.repeats} "
+          f"off/static/loss round(s); MFU against {args.peak_tflops:g} TFLOP/s, counting 6N + 12·L·H·Q·T FLOPs a "
+          f"trained token and 2N + 4·L·H·Q·T a precomputed one (N parameters less the embedding lookup, L layers, H "
+          f"heads of width Q, T the row length)\n")
     rows = []
     for name in args.models.split(","):
         model_type, shape, train_config, precompute_config = MODELS[name]
@@ -183,28 +195,34 @@ def main() -> None:
             "evaluation.every_n_epochs=null", "overwrite=True",
             *[f"evaluation.lm_eval.tasks.{group}=[]" for group in cfg.evaluation.lm_eval.tasks],
         ]
-        runs = {"none": [], "static": []}
-        for pair in range(args.repeats):
-            for schedule in (("none", "static") if pair % 2 == 0 else ("static", "none")):
-                run_dir = out / "runs" / f"{name}_{schedule}_{pair}"
-                result = tune(out / f"{name}_{schedule}_{pair}.log", "recipes/entrodrop_single_device.py", "--config",
-                              train_config, f"output_dir={run_dir}", f"token_dropout.schedule={schedule}", *overrides)
+        runs, peaks = {schedule: [] for schedule in TRAIN_RUNS}, {}
+        for repeat in range(args.repeats):
+            # static and loss are neighbours in either order: the machine's drift hits both alike
+            for schedule in (list(TRAIN_RUNS) if repeat % 2 == 0 else list(TRAIN_RUNS)[::-1]):
+                run_dir = out / "runs" / f"{name}_{schedule}_{repeat}"
+                result = tune(out / f"{name}_{schedule}_{repeat}.log", "recipes/entrodrop_single_device.py", "--config",
+                              train_config, f"output_dir={run_dir}", *TRAIN_RUNS[schedule][1], *overrides)
                 runs[schedule].append(read_run(run_dir)["steps"] if result.returncode == 0 else failure(result))
-        for schedule, label in (("none", "train, EntroDrop off"), ("static", "train, EntroDrop static")):
+        for schedule, (label, _) in TRAIN_RUNS.items():
             failed = [r for r in runs[schedule] if isinstance(r, str)]
             if failed:
                 rows.append((name, label, None, None, None, failed[0]))
                 continue
             steps = [s for run in runs[schedule] for k, s in run.items() if k > args.warmup]
             tokens_per_s = statistics.median(s["tokens_per_second"] for s in steps)
-            peak = max((s.get("peak_memory_alloc", 0.0) for s in steps), default=0.0) or None
-            rows.append((name, label, tokens_per_s, tokens_per_s * train_flops / 1e12 / args.peak_tflops, peak,
-                         f"median of {len(steps)} steps"))
-        if not any(isinstance(r, str) for r in runs["none"] + runs["static"]):
-            ratios = [b[k]["step_seconds"] / a[k]["step_seconds"]
-                      for a, b in zip(runs["none"], runs["static"]) for k in a if k > args.warmup and k in b]
+            peaks[schedule] = max((s.get("peak_memory_alloc", 0.0) for s in steps), default=0.0) or None
+            rows.append((name, label, tokens_per_s, tokens_per_s * train_flops / 1e12 / args.peak_tflops,
+                         peaks[schedule], f"median of {len(steps)} steps"))
+        if "none" in peaks and "static" in peaks:
             rows.append((name, "EntroDrop step cost (static / off)", None, None, None,
-                         f"{statistics.median(ratios) - 1:+.1%}, median of {len(ratios)} paired steps"))
+                         paired_cost(runs["none"], runs["static"], args.warmup)))
+        if "static" in peaks and "loss" in peaks:
+            num_target = int(SampleStore(str(cache), "entropy").table["length"].sum())
+            grown = ("-" if None in (peaks["static"], peaks["loss"])
+                     else f"{(peaks['loss'] - peaks['static']) * 1024:+.2f} MiB")
+            rows.append((name, "signal: loss step cost (loss / entropy)", None, None, None,
+                         f"{paired_cost(runs['static'], runs['loss'], args.warmup)}; peak memory {grown}, the store "
+                         f"{num_target:,} target tokens x 2 bytes (fp16) = {num_target * 2 / 2**20:.2f} MiB"))
 
     print("| model | stage | tokens/s | MFU | peak GiB | note |")
     print("|---|---|---|---|---|---|")
@@ -212,6 +230,14 @@ def main() -> None:
         print(f"| {name} | {stage} | {'-' if tokens_per_s is None else f'{tokens_per_s:,.0f}'} | "
               f"{'-' if mfu is None else f'{mfu:.1%}'} | {'-' if peak is None else f'{peak:.1f}'} | {note} |")
     print(f"\nwall time {time.perf_counter() - started:.0f} s; logs in {out}")
+
+
+def paired_cost(runs_a: list, runs_b: list, warmup: int) -> str:
+    """The median of b's step time over a's, step k of each run of b against step k of the
+    neighbouring run of a (the same batch), as the table's note."""
+    ratios = [b[k]["step_seconds"] / a[k]["step_seconds"] for a, b in zip(runs_a, runs_b) for k in a
+              if k > warmup and k in b]
+    return f"{statistics.median(ratios) - 1:+.2%}, median of {len(ratios)} paired steps"
 
 
 def _tiny_shape() -> dict:

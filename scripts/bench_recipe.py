@@ -2,7 +2,7 @@
 
     python scripts/bench_recipe.py [--steps 40] [--repeats 4]
 
-Two comparisons, each run through the real `tune run`, interleaved ``--repeats`` times (in
+Three comparisons, each run through the real `tune run`, interleaved ``--repeats`` times (in
 reverse order every other time), the median of the per-step figures after 5 warm-up steps:
 
 1. EntroDrop's cost, on the demo model (`assets/tiny/qwen3_demo`: the 4-layer, 256-wide Qwen3
@@ -20,6 +20,13 @@ reverse order every other time), the median of the per-step figures after 5 warm
    packed text-completion dataset, ours the mixed stream, so real-token counts differ with
    the padding; the comparison is in token slots per second (8 x 256 / step time).
    Target: ours at least 0.98x the stock recipe.
+3. ``token_dropout.signal: loss`` against ``signal: entropy`` (issue 24), on the demo model
+   with EntroDrop static: the entropy and loss runs are neighbours in every repeat, and the
+   ratio is the median over their steps, paired step by step. In one process, alternating
+   steps, each as the recipe takes it (the loss's per-token values, the store's lookup and
+   its record) with the demo's loss (torchtune's chunked CE) and with ours
+   (``LinearCrossEntropy``, the paper-scale configs'). Target: loss within 1% of entropy.
+   Memory: the store, 2 bytes a target token, printed for this corpus.
 """
 
 import argparse
@@ -133,10 +140,10 @@ def time_plan(stores: Path, calls: int = 200) -> float:
     return (time.perf_counter() - start) / calls * 1000
 
 
-def time_steps_ab(stores: Path, pairs: int = 100) -> tuple:
-    """Median ms of a demo-model training step with EntroDrop (plan + e_bar hook) and without,
-    and the median of the per-pair differences, alternating A/B in one process on the same
-    batches, which cancels most of this machine's drift."""
+def demo_step(stores: Path, loss_fn) -> tuple:
+    """A demo-model training step as the recipe takes it, in this process, on 8 fixed batches:
+    ``step(k, signal)`` -> seconds, ``signal`` None (EntroDrop off), "entropy" or "loss"
+    (EntroDrop static either way); and the ``LossSignal`` store that "loss" reads and writes."""
     import torch
 
     from functools import partial
@@ -144,50 +151,74 @@ def time_steps_ab(stores: Path, pairs: int = 100) -> tuple:
     from make_tiny_assets import DEMO_QWEN3
 
     from entrodrop.loader import block_causal_mask, build_loader
+    from entrodrop.loss import model_output_for
+    from entrodrop.loss_signal import LossSignal, loss_with_token_losses
     from entrodrop.method import EmbeddingHook, TokenDropout, mean_embedding, perturb_embeddings, plan_perturbation
     from entrodrop.models.qwen3 import qwen3
+    from entrodrop.sample_store import SampleStore
 
     torch.manual_seed(0)
     model = qwen3(**DEMO_QWEN3)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     hook, e_bar = EmbeddingHook(model.tok_embeddings), mean_embedding(model.tok_embeddings.weight)
     method = TokenDropout("low", 0.5, "static", 0.1, 1.0, 0.0, "steps", seed=0)
+    forward, with_token_losses = model_output_for(model, loss_fn), loss_with_token_losses(loss_fn)
+    store = LossSignal(SampleStore(f"{stores}/entropy", "entropy"), torch.device("cpu"))
     it = iter(build_loader(f"{stores}/target", f"{stores}/entropy", f"{stores}/general", 256, 8, 0.6, 0))
     batches = [next(it) for _ in range(8)]
 
-    def step(k: int, entrodrop: bool) -> float:
+    def step(k: int, signal) -> float:
         batch = batches[k % len(batches)]
         start = time.perf_counter()
-        if entrodrop:
+        drop = None
+        if signal == "loss":
+            index = store.index(batch["sample"], batch["input_pos"])
+            batch = {**batch, "entropy": store.lookup(index)}
+        if signal:
             drop, _, _, _ = plan_perturbation(method, 0.0, batch, k, range(8), e_bar.numel(), torch.device("cpu"))
             hook.set(partial(perturb_embeddings, drop=drop, e_bar=e_bar, noise=None))
-        logits = model(batch["tokens"], mask=block_causal_mask(batch["document_ids"]), input_pos=batch["input_pos"])
-        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=-100)
+        output = forward(batch["tokens"], mask=block_causal_mask(batch["document_ids"]), input_pos=batch["input_pos"])
+        if signal == "loss":
+            loss, token_losses = with_token_losses(output, batch["labels"])
+        else:
+            loss = loss_fn(output, batch["labels"])
         loss.backward()
+        if signal == "loss":
+            store.record(index, batch["labels"], token_losses, drop, loss_fn.ignore_index)
         optimizer.step()
         optimizer.zero_grad()
         hook.set(None)
         return time.perf_counter() - start
 
+    return step, store
+
+
+def alternate(step, a, b, pairs: int) -> tuple:
+    """Median ms of ``step(k, a)`` and of ``step(k, b)``, and the median of the per-pair
+    differences (b - a), alternating in one process on the same batches (which goes first
+    alternates too), which cancels most of this machine's drift."""
     for k in range(4):
-        step(k, k % 2 == 0)
-    on, off = [], []
-    for k in range(pairs):  # the order alternates too
-        first = k % 2 == 0
-        times = {first: step(k, first), not first: step(k, not first)}
-        on.append(times[True])
-        off.append(times[False])
-    differences = [a - b for a, b in zip(on, off)]
-    return tuple(statistics.median(x) * 1000 for x in (on, off, differences))
+        step(k, (a, b)[k % 2])
+    times = {a: [], b: []}
+    for k in range(pairs):
+        for variant in ((a, b) if k % 2 == 0 else (b, a)):
+            times[variant].append(step(k, variant))
+    differences = [y - x for x, y in zip(times[a], times[b])]
+    return tuple(statistics.median(x) * 1000 for x in (times[a], times[b], differences))
 
 
 def main() -> None:
+    from torchtune.modules.loss import CEWithChunkedOutputLoss
+
+    from entrodrop.loss import LinearCrossEntropy
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--repeats", type=int, default=4)
     args = parser.parse_args()
     warmup = 5
     seconds = {}  # run -> per-step seconds over all repeats
+    by_run = {}  # run -> its per-step seconds, one list a repeat (to pair steps)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         tune("recipes/tokenize_corpus.py", "--config", "configs/tiny/qwen3_tokenize.yaml",
@@ -204,7 +235,8 @@ def main() -> None:
                 "checkpointer.checkpoint_dir=assets/tiny/qwen3_demo", *data]
         tiny = ["recipes/entrodrop_single_device.py", "--config", "configs/tiny/qwen3_entrodrop_single_device.yaml",
                 *data]
-        ours = {
+        ours = {  # the signal: loss run beside its entropy twin, so the two are neighbours in every repeat
+            "demo qwen3: signal loss": demo + ["token_dropout.schedule=static", "token_dropout.signal=loss"],
             "demo qwen3: EntroDrop on": demo + ["token_dropout.schedule=static"],
             "demo qwen3: EntroDrop off": demo + ["token_dropout.schedule=none"],
             # The stock recipe's loss: chunked CE over one chunk of full logits.
@@ -212,7 +244,12 @@ def main() -> None:
         }
         runs = [*ours, "tiny llama3.1: torchtune stock"]
         plan_ms = time_plan(tmp)
-        ab_on, ab_off, ab_difference = time_steps_ab(tmp)
+        step, store = demo_step(tmp, CEWithChunkedOutputLoss(num_output_chunks=1))
+        ab_off, ab_on, ab_difference = alternate(step, None, "entropy", 100)
+        signal_ab = {"torchtune chunked CE (the demo's)": alternate(step, "entropy", "loss", 100),
+                     "ours, LinearCrossEntropy": alternate(demo_step(tmp, LinearCrossEntropy(512))[0], "entropy",
+                                                           "loss", 100)}
+        store_bytes = store.values.numel() * store.values.element_size()
         for repeat in range(args.repeats):
             # Interleaved, and in reverse order every other repeat, so the machine's drift
             # hits every run alike.
@@ -220,7 +257,8 @@ def main() -> None:
                 out = tmp / f"run{repeat}-{abs(hash(name))}"
                 if name in ours:
                     tune(*ours[name], f"output_dir={out}")
-                    seconds.setdefault(name, []).extend(per_step(out, "step_seconds", warmup))
+                    by_run.setdefault(name, []).append(per_step(out, "step_seconds", warmup))
+                    seconds.setdefault(name, []).extend(by_run[name][-1])
                     continue
                 out.mkdir()
                 (out / "config.yaml").write_text(STOCK_CONFIG.format(out=out, repo=REPO, steps=args.steps))
@@ -243,6 +281,18 @@ def main() -> None:
     print(f"in one process, alternating steps: {ab_on:.1f} ms with EntroDrop, {ab_off:.1f} ms without; "
           f"median difference of a pair {ab_difference:+.2f} ms = {100 * ab_difference / ab_off:+.2f}%")
     print(f"ours / stock: {stock / ours_llama:.3f}x the stock recipe's slots/s (target >= 0.98)")
+    # Step k of a loss run against step k of its neighbouring entropy run: the same batch.
+    paired = zip(by_run["demo qwen3: EntroDrop on"], by_run["demo qwen3: signal loss"])
+    ratios = [b / a for entropy_run, loss_run in paired for a, b in zip(entropy_run, loss_run)]
+    print("\nsignal: loss against signal: entropy, EntroDrop static, demo model (target: within 1%)\n")
+    print("| measured | entropy ms / step | loss ms / step | loss / entropy |")
+    print("|---|---|---|---|")
+    print(f"| separate runs, step k against step k, {len(ratios)} pairs | {on * 1000:.1f} | "
+          f"{median['demo qwen3: signal loss'] * 1000:.1f} | {statistics.median(ratios):.4f} |")
+    for loss_name, (a, b, difference) in signal_ab.items():
+        print(f"| one process, alternating steps, {loss_name} | {a:.1f} | {b:.1f} | {1 + difference / a:.4f} |")
+    print(f"\nthe store: {store.values.numel():,} target tokens x 2 bytes (fp16) = {store_bytes / 2**20:.2f} MiB "
+          f"(the paper's 0.02B tokens: {0.02e9 * 2 / 1e6:.0f} MB)")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,11 @@ named are errors (exit status 2), which list what exists. Evaluations without a 
 (``recipes/evaluate.py`` on a directory outside a run, or on a checkpoint without progress.json)
 are left out of the plots against target epoch, with a note in the log and in table.md.
 
+The table marks each run's signal (``token_dropout.signal``: entropy or loss; ``-`` where the
+gate reads none). Runs with ``signal: loss`` also get ``signal_agreement.png``: the share of the
+entropy gate's tokens their loss gate takes too, and the rank correlation of the two signals,
+against target epoch. With no such run it is not written.
+
 ``--entropy-sample CONFIG`` also draws ``entropy_sample.png`` (figure 5c) from a training
 config: its tokenizer, its held-out validation store and entropy cache, and its gate
 (``token_dropout.gate_percentile`` and ``targeting``); ``--sample-index`` picks the sample.

@@ -4,7 +4,7 @@ validation loss, and bad arguments refused with what exists listed."""
 import json
 import sys
 
-from entrodrop.report import comparison_table, propose_midpoint, read_run, seed_spread, write_report
+from entrodrop.report import agreement_points, comparison_table, propose_midpoint, read_run, seed_spread, write_report
 
 
 def fake_run(root, name, val_losses, groups=("code",), **fields):
@@ -221,3 +221,56 @@ def test_the_table_shows_the_documents_per_task_and_never_ranks_scores_of_other_
                         "| vs offline |")
     assert lines[2] == "| offline | 2.00 | 1.6000 | +0.0000 | -1.600 | +0.000 |"
     assert lines[3] == "| training | 3.00 | 1.4000 | -0.2000 | 16: not compared | - |"
+
+
+def test_the_table_marks_each_runs_signal_and_a_loss_run_gets_the_agreement_plot(tmp_path):
+    """``signal: loss`` runs log how far their gate has moved from the entropy gate at each
+    evaluation; the report plots it against target epoch, and every table says which signal
+    each run's gate ranked."""
+    baseline = fake_run(tmp_path, "baseline", [2.0, 1.6, 1.7])
+    entropy = fake_run(tmp_path, "entrodrop", [2.0, 1.55, 1.6])
+    older = fake_run(tmp_path, "older", [2.0, 1.58, 1.6])  # saved before token_dropout.signal existed
+    loss = fake_run(tmp_path, "entrodrop_loss", [2.0, 1.5, 1.55])
+    for run, extra in [(baseline, "schedule: none\n  signal: entropy"),
+                       (entropy, "schedule: sigmoid\n  signal: entropy"), (older, "schedule: sigmoid"),
+                       (loss, "schedule: sigmoid\n  signal: loss")]:
+        (run / "torchtune_config.yaml").write_text(f"token_dropout:\n  targeting: low\n  {extra}\n  midpoint: 2\n"
+                                                   "  midpoint_unit: epochs\n")
+    # Made-up agreement: the gates part as the recorded losses replace the cached entropies.
+    records = [json.loads(line) for line in (loss / "eval" / "evals.jsonl").read_text().splitlines()]
+    moved = [(1.0, 1.0), (0.8, 0.7), (0.6, 0.45)]
+    (loss / "eval" / "evals.jsonl").write_text("".join(
+        json.dumps({**r, "signal": {"gate_agreement": a, "rank_correlation": rho}}) + "\n"
+        for r, (a, rho) in zip(records, moved)))
+    runs = {r.name: read_run(r) for r in (baseline, entropy, older, loss)}
+    assert agreement_points(runs["entrodrop_loss"]) == [(1.0, 1.0, 1.0), (2.0, 0.8, 0.7), (3.0, 0.6, 0.45)]
+    assert agreement_points(runs["entrodrop"]) == []
+
+    written = write_report(list(runs.values()), tmp_path / "report", "code", "baseline")
+    table = (tmp_path / "report" / "table.md").read_text()
+    assert "| min val loss | curriculum j0 (epoch) | signal |" in table
+    assert "| baseline | -1.600 | all | 2.00 | 1.6000 | 2.00 (proposed) | - |" in table  # drops nothing: no signal
+    assert "| entrodrop | -1.550 | all | 2.00 | 1.5500 | 2.00 | entropy |" in table
+    assert "| older | -1.580 | all | 2.00 | 1.5800 | 2.00 | entropy |" in table
+    assert "| entrodrop_loss | -1.500 | all | 2.00 | 1.5000 | 2.00 | loss |" in table
+    assert ("`signal: loss` in entrodrop_loss: at epoch 3.00 its gate took 60.0% of the entropy gate's tokens; "
+            "rank correlation of the two signals 0.450") in table
+    assert str(tmp_path / "report" / "signal_agreement.png") in written["files"]
+    assert (tmp_path / "report" / "signal_agreement.png").read_bytes()[:4] == b"\x89PNG"
+
+    # Without a loss run there is nothing to plot: no file, and no note.
+    entropy_only = write_report([runs["baseline"], runs["entrodrop"]], tmp_path / "entropy_only", "code", "baseline")
+    assert not (tmp_path / "entropy_only" / "signal_agreement.png").exists()
+    assert not any(f.endswith("signal_agreement.png") for f in entropy_only["files"])
+    assert "`signal: loss`" not in (tmp_path / "entropy_only" / "table.md").read_text()
+
+    # The comparison tables mark the signal when a row ranked the loss; the paper's tables stay as they are.
+    spread = seed_spread(runs, [("entrodrop", "older")], "code")
+    lines = comparison_table(runs, [("baseline", "baseline"), ("EntroDrop", "entrodrop"),
+                                    ("EntroDrop, signal: loss", "entrodrop_loss")], "code", "baseline", spread)
+    assert lines[0].endswith("| vs baseline | signal |") and lines[1] == "|---|---|---|---|---|---|---|"
+    assert lines[2].endswith("| +0.000 | - |") and lines[3].endswith("| +0.050 | entropy |")
+    assert lines[4] == "| EntroDrop, signal: loss | 2.00 | 1.5000 | -0.1000 | -1.500 | +0.100 | loss |"
+    paper = comparison_table(runs, [("baseline", "baseline"), ("EntroDrop", "entrodrop")], "code", "baseline", spread)
+    assert paper[0].endswith("| vs baseline |")
+    assert paper[3] == "| EntroDrop | 2.00 | 1.5500 | -0.0500 | -1.550 | +0.050 |"
