@@ -7,10 +7,11 @@
 Where torch sees a CUDA GPU it runs the GPU version (``GPU_STAGES`` below): a Qwen3-shaped model
 of 77M parameters pre-trained for a few minutes on the standard library's and this environment's
 packages' code and prose, then continual pre-training on one package's source (torchtune's,
-0.6M tokens, never seen in pre-training) in eleven runs: the baseline and EntroDrop
+0.6M tokens, never seen in pre-training) in twelve runs: the baseline and EntroDrop
 (gamma_max 0.1) with two seeds each, gamma_max 0.2 and 0.4, the table-3 comparisons (targeting
-random and high, NEFTune, hidden dropout, weight decay) and ``midpoint: auto``, four at a time
-on the one GPU; its report adds tables 3 and 4 with the seed spread next to every difference.
+random and high, NEFTune, hidden dropout, weight decay), ``signal: loss`` and ``midpoint: auto``,
+four at a time on the one GPU; its report adds tables 3 and 4 with the seed spread next to every
+difference.
 Everything lands in outputs/demo_gpu. Otherwise (and with DEVICE=cpu) the CPU version runs:
 
 On text that ships with Python, with the tiny Qwen3 of scripts/make_tiny_assets.py:
@@ -22,14 +23,16 @@ On text that ships with Python, with the tiny Qwen3 of scripts/make_tiny_assets.
  3. a brief pre-training of the base model (recipes/entrodrop_single_device.py, no dropout)
  4. the base model's entropy of the target and held-out tokens (recipes/precompute_entropy.py)
  5. the baseline: continual pre-training for many target epochs on the 6:4 mix, evaluated at
-    every epoch end (validation loss by entropy bucket, HumanEval log-likelihood)
+    every epoch end by the validation loss by entropy bucket (no lm-eval task: README)
  6. EntroDrop: the same run (same base, data order and steps) with token dropout, its curriculum
     midpoint set where the baseline's validation loss stopped falling, as the paper sets j0
- 7. EntroDrop with ``midpoint: auto``: the same run again, with no baseline to read; the curriculum
+ 7. EntroDrop with ``signal: loss``: the same run again, the same midpoint, the gate ranking each
+    target token by its own training loss at its last visit (its entropy before the first)
+ 8. EntroDrop with ``midpoint: auto``: the same run again, with no baseline to read; the curriculum
     stays off until its own validation loss stops improving, and j0 is fixed there
- 8. the report (entrodrop/report.py): plots and a table in outputs/demo/report, with the
-    downstream score against validation loss (figure 1b) and a held-out sample shaded by its
-    entropy, the gate's tokens underlined (figure 5c)
+ 9. the report (entrodrop/report.py): plots and a table in outputs/demo/report, with the
+    loss gate's agreement with the entropy gate and a held-out sample shaded by its entropy, the
+    gate's tokens underlined (figure 5c)
 
 Each stage marks itself done in <out>/.stages when it finishes. A demo starts afresh unless
 RESUME=1: then the done stages are skipped and the first one not done starts over from what it
@@ -59,9 +62,11 @@ TARGET_PACKAGES = ("tomllib",)
 FULL = os.environ.get("FULL", "0") not in ("", "0")
 # FULL=1: a longer pre-training and three times the continual pre-training budget (more target epochs).
 PRETRAIN_TOKENS = 2_457_600 if FULL else 1_228_800
-# Each continual pre-training run: 157 steps of 8 x 256 tokens, about 28 target epochs. The three
-# runs (baseline, EntroDrop, midpoint: auto) take the 470 steps the two runs took before the third.
-CPT_TOKENS = 962_560 if FULL else 321_536
+# Each continual pre-training run: 157 steps of 8 x 256 tokens, about 28 target epochs (FULL=1: 470).
+# The four runs (baseline, EntroDrop, signal: loss, midpoint: auto) fit the 10 minutes the three took
+# because none scores an lm-eval task (0.9 s an evaluation; configs/demo/cpt_baseline.yaml says why).
+CPT_STEPS = 470 if FULL else 157
+CPT_TOKENS = CPT_STEPS * 8 * 256
 
 
 def blocks(text: str, limit: int = 3000) -> list:
@@ -182,7 +187,10 @@ def cpu_stages() -> list:
         ("baseline: multi-epoch continual pre-training", lambda: tune(
             "recipes/entrodrop_single_device.py", "--config", "configs/demo/cpt_baseline.yaml",
             f"checkpointer.checkpoint_dir={base()}", f"total_tokens={CPT_TOKENS}"), [OUT / "baseline"]),
-        ("EntroDrop: the same run with entropy-guided token dropout", run_entrodrop, [OUT / "entrodrop"]),
+        ("EntroDrop: the same run with entropy-guided token dropout", partial(run_entrodrop, "entrodrop"),
+         [OUT / "entrodrop"]),
+        ("EntroDrop, signal: loss: the gate ranks each token by its own training loss", partial(
+            run_entrodrop, "entrodrop_loss", "token_dropout.signal=loss"), [OUT / "entrodrop_loss"]),
         ("EntroDrop, midpoint: auto: j0 from its own validation loss, no baseline", lambda: tune(
             "recipes/entrodrop_single_device.py", "--config", "configs/demo/cpt_entrodrop.yaml",
             f"checkpointer.checkpoint_dir={base()}", f"total_tokens={CPT_TOKENS}", "token_dropout.midpoint=auto",
@@ -218,6 +226,7 @@ GPU_RUNS = [
     ("neftune", "cpt_baseline", ["neftune_alpha=5.0"]),
     ("hidden_dropout", "cpt_baseline", ["hidden_dropout=0.1"]),
     ("weight_decay", "cpt_baseline", ["optimizer.weight_decay=0.1"]),
+    ("entrodrop_loss", "cpt_entrodrop", ["token_dropout.midpoint={midpoint}", "token_dropout.signal=loss"]),
     ("entrodrop_auto", "cpt_entrodrop", ["token_dropout.midpoint=auto"]),
 ]
 
@@ -304,17 +313,18 @@ def gpu_report() -> None:
     names = ["baseline"] + [name for name, _, _ in GPU_RUNS]
     runs = {name: read_run(GPU_OUT / name) for name in names}
     out = GPU_OUT / "report"
-    written = write_report([runs[n] for n in ("baseline", "entrodrop", "entrodrop_auto")], out, target_group="code",
-                           baseline="baseline")
-    spread = seed_spread(runs, SPREAD_SEEDS, "code")
+    written = write_report([runs[n] for n in ("baseline", "entrodrop", "entrodrop_loss", "entrodrop_auto")], out,
+                           target_group="target", baseline="baseline")
+    spread = seed_spread(runs, SPREAD_SEEDS, "target")
     table_4 = comparison_table(runs, [("baseline (gamma_max 0)", "baseline"), ("gamma_max 0.1", "entrodrop"),
                                       ("gamma_max 0.2", "gamma_max_0.2"), ("gamma_max 0.4", "gamma_max_0.4")],
-                               "code", "baseline", spread)
+                               "target", "baseline", spread)
     table_3 = comparison_table(runs, [("baseline", "baseline"), ("EntroDrop (gamma_max 0.1)", "entrodrop"),
                                       ("random targeting", "targeting_random"), ("high-entropy targeting", "targeting_high"),
                                       ("NEFTune (alpha 5)", "neftune"), ("hidden dropout 0.1", "hidden_dropout"),
-                                      ("weight decay 0.1", "weight_decay"), ("EntroDrop, midpoint: auto", "entrodrop_auto")],
-                               "code", "baseline", spread)
+                                      ("weight decay 0.1", "weight_decay"), ("EntroDrop, signal: loss", "entrodrop_loss"),
+                                      ("EntroDrop, midpoint: auto", "entrodrop_auto")],
+                               "target", "baseline", spread)
     tables = "\n".join(["Table 4: gamma_max", "", *table_4, "", "Table 3: methods", "", *table_3]) + "\n"
     (out / "tables.md").write_text(tables)
     write_entropy_sample(str(REPO / GPU_CONFIGS / "cpt_entrodrop.yaml"), 3, out)
@@ -364,25 +374,35 @@ def choose_midpoint(baseline: dict) -> tuple:
                                       f"because {midpoint['note']}")
 
 
-def run_entrodrop() -> None:
+def run_entrodrop(name: str, *overrides: str) -> None:
+    """An EntroDrop run into outputs/demo/``name`` at the baseline's compute, its midpoint the one
+    the baseline proposes (recomputed from the baseline's evaluations, so every such run, resumed
+    or not, gets the same)."""
     epochs, line = choose_midpoint(read_run(OUT / "baseline"))
     print(f"    {line}")
     tune("recipes/entrodrop_single_device.py", "--config", "configs/demo/cpt_entrodrop.yaml",
-         f"checkpointer.checkpoint_dir={base()}",
-         f"total_tokens={CPT_TOKENS}", f"token_dropout.midpoint={epochs}")
+         f"checkpointer.checkpoint_dir={base()}", f"output_dir=outputs/demo/{name}",
+         f"total_tokens={CPT_TOKENS}", f"token_dropout.midpoint={epochs}", *overrides)
+
+
+# The CPU version's continual pre-training runs, in the report's order (its colours, its table rows).
+CPT_RUNS = ("baseline", "entrodrop", "entrodrop_loss", "entrodrop_auto")
 
 
 def report() -> None:
-    runs = [read_run(OUT / name) for name in ("baseline", "entrodrop", "entrodrop_auto")]
-    written = write_report(runs, OUT / "report", target_group="code", baseline="baseline")
+    runs = [read_run(OUT / name) for name in CPT_RUNS]
+    # No target group: the CPU runs score no lm-eval task, so the validation loss picks each best epoch.
+    written = write_report(runs, OUT / "report", baseline="baseline")
     written["files"].insert(-1, str(write_entropy_sample(str(REPO / "configs/demo/cpt_entrodrop.yaml"), 3, OUT / "report")))
     print()
     print(Path(written["files"][-1]).read_text())
     for run in runs:
         for e in run["evals"]:
             loss = e["val_loss"]
+            # signal: loss runs only: the share of the entropy gate's tokens the loss gate takes too
+            agreement = f"  gate agreement {e['signal']['gate_agreement']:.3f}" if "signal" in e else ""
             print(f"    {run['name']:>14} epoch {e['target_epoch']:5.2f}: val loss all {loss['all']:.4f} "
-                  f"low {loss['low']:.4f} high {loss['high']:.4f}  code {e['groups']['code']:.4f}")
+                  f"low {loss['low']:.4f} high {loss['high']:.4f}{agreement}")
     print(f"\nreport: {OUT / 'report'} ({', '.join(Path(f).name for f in written['files'])})")
 
 

@@ -1,8 +1,14 @@
-"""scripts/demo.py without running it: which version it picks, how its stages resume, the GPU
-version's runs and the tables 3 and 4 its report writes. (The CPU demo itself runs in
-`make demo`; the GPU version needs a GPU.)"""
+"""scripts/demo.py without running it: which version it picks, how its stages resume, the runs
+of each version, the held-out target task they are scored on, and the tables 3 and 4 the GPU
+report writes. (The CPU demo itself runs in `make demo`; the GPU version needs a GPU.)"""
 
+import json
+
+import lm_eval
 import pytest
+import yaml
+from lm_eval.api.model import LM
+from lm_eval.tasks import TaskManager
 from omegaconf import OmegaConf
 
 from conftest import REPO, _load_script
@@ -10,6 +16,7 @@ from entrodrop.report import comparison_table, read_run, seed_spread
 from test_report import fake_run
 
 demo = _load_script("demo")
+TASKS = REPO / "entrodrop" / "tasks"
 
 
 def test_the_gpu_version_runs_where_a_gpu_is_unless_device_cpu_says_otherwise():
@@ -60,9 +67,12 @@ def test_the_gpu_runs_share_the_baselines_compute_and_differ_only_in_their_switc
         assert (cfg.global_batch_size, cfg.data.seq_len, cfg.device) == (32, 1024, "cuda"), name
         keys = {o.split("=")[0] for o in overrides}
         assert keys <= {"seed", "token_dropout.midpoint", "token_dropout.gamma_max", "token_dropout.targeting",
-                        "neftune_alpha", "hidden_dropout", "optimizer.weight_decay"}, name
+                        "token_dropout.signal", "neftune_alpha", "hidden_dropout", "optimizer.weight_decay"}, name
     assert configs["cpt_baseline"].token_dropout.schedule == "none"
     assert configs["cpt_entrodrop"].token_dropout.gamma_max == 0.1
+    # signal: loss at EntroDrop's midpoint, its one difference from the entrodrop run
+    runs = {name: overrides for name, _, overrides in demo.GPU_RUNS}
+    assert runs["entrodrop_loss"] == runs["entrodrop"] + ["token_dropout.signal=loss"]
     # the steps of the budget: 448 of 32 x 1,024 tokens, the pre-trained base's last step named in the configs
     assert demo.GPU_CPT_TOKENS == 448 * 32 * 1024 and demo.GPU_PRETRAIN_TOKENS == 1024 * 32 * 1024
     assert configs["cpt_entrodrop"].checkpointer.checkpoint_dir.endswith("step_1024")
@@ -84,9 +94,81 @@ def test_the_gpu_runs_are_stages_of_at_most_gpu_parallel_runs_so_a_killed_call_l
     stages = demo.gpu_stages()
     titles = [title for title, _, _ in stages]
     groups = [(title, outputs) for title, _, outputs in stages if title.startswith("runs at the same compute")]
-    assert len(groups) == -(-len(demo.GPU_RUNS) // demo.GPU_PARALLEL)  # 11 runs, 4 at a time: 3 stages
+    assert len(groups) == -(-len(demo.GPU_RUNS) // demo.GPU_PARALLEL)  # 12 runs, 4 at a time: 3 stages
     assert all(len(outputs) <= demo.GPU_PARALLEL for _, outputs in groups)
     assert [p.name for _, outputs in groups for p in outputs] == [name for name, _, _ in demo.GPU_RUNS]
     assert len(set(titles)) == len(titles)  # a stage's mark names it: no two alike
     assert titles.index(groups[0][0]) > titles.index(next(t for t in titles if t.startswith("baseline")))
     assert titles[-1].startswith("report")
+
+
+def test_the_cpu_runs_are_stages_in_the_reports_order_at_one_budget():
+    stages = demo.cpu_stages()
+    outputs = [p.name for _, _, paths in stages for p in paths]
+    assert [name for name in outputs if name in demo.CPT_RUNS] == list(demo.CPT_RUNS)
+    assert demo.CPT_RUNS == ("baseline", "entrodrop", "entrodrop_loss", "entrodrop_auto")
+    assert stages[-1][0] == "report"
+    # the signal: loss run is EntroDrop's run (same midpoint, from the baseline) with one switch
+    run = {paths[0].name: fn for _, fn, paths in stages if paths}
+    entrodrop, loss = run["entrodrop"], run["entrodrop_loss"]
+    assert (entrodrop.func, entrodrop.args) == (demo.run_entrodrop, ("entrodrop",))
+    assert (loss.func, loss.args) == (demo.run_entrodrop, ("entrodrop_loss", "token_dropout.signal=loss"))
+    cfg = OmegaConf.load(REPO / "configs/demo/cpt_entrodrop.yaml")
+    assert demo.CPT_TOKENS == demo.CPT_STEPS * cfg.global_batch_size * cfg.data.seq_len
+
+
+def test_the_held_out_target_tasks_read_the_file_each_demo_writes_and_never_trains_on():
+    """The GPU runs' target group scores its held-out blocks; the CPU runs score no task (the
+    validation loss already scores the same text: README), and the task an override adds reads
+    the CPU demo's held-out file."""
+    task_manager = TaskManager(include_path=[str(TASKS)])
+    path = lambda task: REPO / task_manager.task_index[task].cfg["dataset_kwargs"]["path"]  # noqa: E731
+    assert path("demo_target_held_out") == demo.OUT / "corpora" / "target_val.jsonl"
+    for config in ("cpt_baseline", "cpt_entrodrop"):
+        cpu = OmegaConf.load(REPO / "configs/demo" / f"{config}.yaml").evaluation
+        assert dict(cpu.lm_eval.tasks) == {} and cpu.lm_eval.metrics.demo_target_held_out == "logprob_per_char,none"
+        gpu = OmegaConf.load(REPO / demo.GPU_CONFIGS / f"{config}.yaml").evaluation
+        (task,) = gpu.lm_eval.tasks[gpu.lm_eval.target_group]
+        assert path(task) == demo.GPU_OUT / "corpora" / "target_val.jsonl", config
+        assert gpu.lm_eval.metrics[task] == "logprob_per_char,none"
+        # training reads the target store, the held-out one only validation
+        for cfg, out in ((cpu, "demo"), (gpu, "demo_gpu")):
+            train = OmegaConf.load(REPO / "configs" / out / f"{config}.yaml").data
+            assert (train.target_tokens, cfg.validation.target_tokens) == (
+                f"outputs/{out}/tokens/target", f"outputs/{out}/tokens/target_val")
+
+
+class RollingLM(LM):
+    """Scores each text's rolling log-likelihood as -(1 + its index) a character; records the texts."""
+
+    def __init__(self):
+        super().__init__()
+        self.texts = []
+
+    def loglikelihood_rolling(self, requests):
+        self.texts += [r.args[0] for r in requests]
+        return [-(1.0 + k) * len(text) for k, text in enumerate(r.args[0] for r in requests)]
+
+    def loglikelihood(self, requests):
+        raise NotImplementedError
+
+    def generate_until(self, requests):
+        raise NotImplementedError
+
+
+def test_the_held_out_task_scores_each_whole_block_per_character(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    blocks = ["def parse(src):\n    return src\n", "# a comment\nKEY = 1\n\n\nother = 2"]
+    data = tmp_path / "target_val.jsonl"
+    data.write_text("".join(json.dumps({"text": b}) + "\n" for b in blocks))
+    local = tmp_path / "tasks"
+    local.mkdir()
+    (local / "held_out_local.yaml").write_text(yaml.safe_dump({
+        "include": str(TASKS / "demo_target_held_out.yaml"), "task": "held_out_local",
+        "dataset_kwargs": {"path": str(data)}}))
+    lm = RollingLM()
+    out = lm_eval.simple_evaluate(model=lm, tasks=["held_out_local"], log_samples=False,
+                                  task_manager=TaskManager(include_path=[str(TASKS), str(local)]))
+    assert sorted(lm.texts) == sorted(blocks)  # each block whole, nothing before it
+    # the mean over blocks of log-likelihood / characters: -1 and -2 a character
+    assert out["results"]["held_out_local"]["logprob_per_char,none"] == pytest.approx(-1.5)
