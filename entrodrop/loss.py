@@ -155,20 +155,6 @@ def linear_cross_entropy_and_token_losses(hidden: torch.Tensor, weight: torch.Te
     return (total if reduction == "sum" else total / (labels != ignore_index).sum()), losses.view(shape)
 
 
-@torch.no_grad()
-def token_losses(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, chunk_size: int = 4096,
-                 ignore_index: int = IGNORE_INDEX) -> torch.Tensor:
-    """``[...]`` fp32: each token's cross-entropy (0 where ignored), ``chunk_size`` tokens at a
-    time, without gradients."""
-    flat_hidden, flat_labels = hidden.reshape(-1, hidden.shape[-1]), labels.reshape(-1)
-    out = torch.empty(flat_labels.shape, dtype=_accumulation_dtype(hidden.dtype), device=hidden.device)
-    for start in range(0, flat_labels.shape[0], chunk_size):
-        rows = slice(start, start + chunk_size)
-        logits = _chunk_logits(flat_hidden[rows], weight)
-        out[rows] = _target_losses(logits, torch.logsumexp(logits, dim=-1), flat_labels[rows], ignore_index)
-    return out.view(labels.shape)
-
-
 def _check_settings(chunk_size, impl, reduction) -> None:
     problems = []
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:

@@ -1,15 +1,12 @@
 """Temporary directories and files that are renamed into place once whole (checkpoints, store
-shards, store parts), made with the user's umask.
+shards, store parts), with the modes the user's umask gives every other file a run writes.
 
 ``tempfile.mkdtemp`` and ``mkstemp`` create their path 0700 / 0600 on purpose (a temporary
 file in a shared /tmp must stay private), and the rename keeps that mode: a checkpoint or a
-store shard built that way is readable by its owner alone, unlike every other file a run
-writes. Here the kernel applies the umask as it creates the path (``mkdir(path, 0o777)``,
-``open(..., 0o666)``), so there is no umask to read and nothing to ``chmod`` afterwards.
-
-A file that a library writes the same way is given its mode back by ``as_umask_allows``:
-safetensors 0.8's ``save_file`` writes a private temporary file and renames it, so every
-weight file would be 0600.
+store shard built that way would be readable by its owner alone. So the path they make is
+given the umask's mode at once. A file that a library writes the same way is given its mode
+back by ``as_umask_allows``: safetensors 0.8's ``save_file`` writes a private temporary file
+and renames it, so every weight file would be 0600.
 
 Example:
     >>> import tempfile
@@ -19,31 +16,23 @@ Example:
 """
 
 import os
-import secrets
+import tempfile
 from pathlib import Path
 from typing import Tuple
 
 
 def temp_dir(parent: Path, prefix: str) -> Path:
-    """A new, empty directory ``parent/<prefix><random>``, mode ``0o777 & ~umask``."""
-    while True:
-        path = Path(parent) / f"{prefix}{secrets.token_hex(4)}"
-        try:
-            path.mkdir(0o777)  # the umask applies; mkdir fails on an existing name, so the name is ours
-            return path
-        except FileExistsError:
-            continue
+    """``tempfile.mkdtemp`` in ``parent``, mode ``0o777 & ~umask``."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    os.chmod(path, 0o777 & ~_umask())
+    return path
 
 
 def temp_file(parent: Path, prefix: str) -> Tuple[int, Path]:
-    """A new, empty file ``parent/<prefix><random>`` open for writing, mode ``0o666 & ~umask``:
-    ``(descriptor, path)``, as ``tempfile.mkstemp`` returns."""
-    while True:
-        path = Path(parent) / f"{prefix}{secrets.token_hex(4)}"
-        try:
-            return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), path
-        except FileExistsError:
-            continue
+    """``tempfile.mkstemp`` in ``parent``, mode ``0o666 & ~umask``: ``(descriptor, path)``."""
+    fd, path = tempfile.mkstemp(prefix=prefix, dir=parent)
+    os.fchmod(fd, 0o666 & ~_umask())
+    return fd, Path(path)
 
 
 def as_umask_allows(path: Path) -> None:

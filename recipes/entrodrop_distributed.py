@@ -159,7 +159,7 @@ class EntroDropRecipeDistributed:
         self._lr_scheduler = config.instantiate(cfg.lr_scheduler, self._optimizer, num_training_steps=self._num_steps)
         if state:
             if len(state["rng"]) != self._world_size:
-                raise ValueError(f"{resume_dir} was saved by {len(state['rng'])} processes; resume with as many")
+                raise ConfigError(f"{resume_dir} was saved by {len(state['rng'])} processes; resume with as many")
             training.load_from_full_optimizer_state_dict(self._model, self._optimizer, state["optimizer"], self._device)
             self._lr_scheduler.load_state_dict(state["lr_scheduler"])
             self._loader.load_state_dict(state["loader"])

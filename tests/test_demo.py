@@ -122,7 +122,7 @@ def test_the_held_out_target_tasks_read_the_file_each_demo_writes_and_never_trai
     validation loss already scores the same text: README), and the task an override adds reads
     the CPU demo's held-out file."""
     task_manager = TaskManager(include_path=[str(TASKS)])
-    path = lambda task: REPO / task_manager.task_index[task].cfg["dataset_kwargs"]["path"]  # noqa: E731
+    path = lambda task: REPO / task_manager.task_index[task].cfg["dataset_kwargs"]["data_files"]["test"]  # noqa: E731
     assert path("demo_target_held_out") == demo.OUT / "corpora" / "target_val.jsonl"
     for config in ("cpt_baseline", "cpt_entrodrop"):
         cpu = OmegaConf.load(REPO / "configs/demo" / f"{config}.yaml").evaluation
@@ -165,7 +165,7 @@ def test_the_held_out_task_scores_each_whole_block_per_character(tmp_path, monke
     local.mkdir()
     (local / "held_out_local.yaml").write_text(yaml.safe_dump({
         "include": str(TASKS / "demo_target_held_out.yaml"), "task": "held_out_local",
-        "dataset_kwargs": {"path": str(data)}}))
+        "dataset_kwargs": {"data_files": {"test": str(data)}}}))
     lm = RollingLM()
     out = lm_eval.simple_evaluate(model=lm, tasks=["held_out_local"], log_samples=False,
                                   task_manager=TaskManager(include_path=[str(TASKS), str(local)]))

@@ -19,3 +19,11 @@ def logprob_per_char(doc: dict, results: list) -> dict:
     comparable across tokenizers, and it moves even for tiny models."""
     (logprob, _), = results
     return {"logprob_per_char": logprob / max(len(doc["canonical_solution"]), 1)}
+
+
+def text_logprob_per_char(doc: dict, results: list) -> dict:
+    """A whole text's log-likelihood (lm-eval's rolling windows: every token scored once) per
+    character, the unit of ``logprob_per_char``: the held-out target text of the demos, whose
+    score can improve as a run specializes, and worsen once it overfits."""
+    (logprob,) = results
+    return {"logprob_per_char": logprob / max(len(doc["text"]), 1)}
