@@ -1,6 +1,7 @@
 # Two commands do all set-up on a fresh machine:
 #   make demo   the main job on the embedded tiny default, offline
-#   make test   the test suite
+#   make test   the test suite (all three tiers: unit, recipe, gpu; gpu skips without one)
+#   make test-fast   the unit tier alone: no `tune run`, under 2 minutes
 # On a machine with a CUDA GPU (and a CUDA build of torch), one more:
 #   make test-gpu   the tests of the CUDA paths alone, on the first CUDA device
 # Everything installs into a project-local virtual environment, $(VENV).
@@ -15,7 +16,7 @@ GPU_INSTALLED := $(VENV)/.installed-gpu
 ASSETS := assets/tiny/.built
 LIBRARY := $(wildcard entrodrop/*.py entrodrop/*/*.py)
 
-.PHONY: install assets test test-gpu demo clean
+.PHONY: install assets test test-fast test-gpu demo clean
 
 install: $(INSTALLED)
 
@@ -34,6 +35,10 @@ $(ASSETS): $(INSTALLED) scripts/make_tiny_assets.py $(LIBRARY)
 
 test: $(ASSETS)
 	$(PY) -m pytest
+
+# The unit tier: everything but the tests that start `tune run` or torchrun, and the GPU tests.
+test-fast: $(ASSETS)
+	$(PY) -m pytest -m "not recipe and not gpu"
 
 # liger-kernel (the `gpu` extra) for the loss tests of `impl: liger`.
 $(GPU_INSTALLED): $(INSTALLED)

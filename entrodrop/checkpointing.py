@@ -20,8 +20,8 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torchtune.models import convert_weights
 
-from entrodrop.errors import EntroDropError
-from entrodrop.models.qwen3 import qwen3_hf_to_tune, qwen3_tune_to_hf
+from entrodrop.errors import CheckpointError
+from entrodrop.models.qwen3._convert_weights import qwen3_hf_to_tune, qwen3_tune_to_hf
 from entrodrop.temp_paths import as_umask_allows, temp_dir
 
 StateDict = Dict[str, torch.Tensor]
@@ -83,9 +83,6 @@ def find_weight_files(checkpoint_dir: Path) -> List[str]:
         "is it a Hugging Face checkpoint directory?"
     )
 
-
-class CheckpointError(EntroDropError, ValueError):
-    """A weight file that is not a whole safetensors file; the message names it and the fix."""
 
 
 def safetensors_problem(path: Path) -> Optional[str]:
@@ -312,7 +309,7 @@ def write_random_checkpoint(out: Path, model_type: str, builder_args: Dict, toke
     from torchtune.modules.transforms.tokenizers import parse_hf_tokenizer_json
 
     from entrodrop.models.hf_config import hf_config
-    from entrodrop.models.qwen3 import qwen3
+    from entrodrop.models.qwen3._component_builders import qwen3
 
     with torch.device(device):
         model = (qwen3 if model_type == "QWEN3" else llama3_1)(**builder_args).to(dtype)
@@ -332,3 +329,14 @@ def write_random_checkpoint(out: Path, model_type: str, builder_args: Dict, toke
     for f in Path(tokenizer_dir).iterdir():
         if f.is_file():
             shutil.copy2(f, out / f.name)
+
+
+def checkpoint_problem(checkpoint: Path) -> Optional[str]:
+    """Why ``checkpoint`` cannot be loaded (no config.json, a weight file missing), or None."""
+    if not (checkpoint / "config.json").is_file():
+        return "no config.json"
+    try:
+        missing = [f for f in find_weight_files(checkpoint) if not (checkpoint / f).is_file()]
+    except FileNotFoundError:
+        return "no weight file (model.safetensors or an index)"
+    return f"weight files missing: {missing}" if missing else None

@@ -1,13 +1,58 @@
 """The base class of the errors a user can fix: a wrong config value, a mismatched store or
 cache, an output directory that holds another run, a damaged checkpoint, a corpus that cannot
 be read. Each message names the problem and the way out, so the recipes print the message
-alone, with no traceback (``entrodrop.cli``). Any other exception is a bug, and keeps its
+alone, with no traceback (``entrodrop.config.cli``). Any other exception is a bug, and keeps its
 traceback.
 
 Each subclass also derives from the built-in error it used to be (``ValueError``,
 ``FileExistsError``...), so ``except ValueError`` still catches it.
 """
 
+from typing import List
+
 
 class EntroDropError(Exception):
     """A mistake in what the user gave; the message says what it is and how to fix it."""
+
+
+class ConfigError(EntroDropError, ValueError):
+    """A config with missing, unknown or invalid keys; the message lists all of them."""
+
+
+def raise_problems(problems: List[str], what: str) -> None:
+    """One ``ConfigError`` that lists every problem, or nothing."""
+    if problems:
+        count = f"{len(problems)} problem{'s' * (len(problems) > 1)}"
+        raise ConfigError(f"invalid {what} config ({count}):\n  " + "\n  ".join(problems))
+
+
+class CorpusError(EntroDropError, ValueError):
+    """A corpus file that cannot be read as JSON lines with a text field."""
+
+
+class SourceError(EntroDropError, ValueError):
+    """A source that cannot be read, or rows that cannot become samples; names the corpus."""
+
+
+class CacheMismatchError(EntroDropError, ValueError):
+    """A store that was not computed from the model, tokenizer, corpus or length in use."""
+
+
+class CheckpointError(EntroDropError, ValueError):
+    """A weight file that is not a whole safetensors file; the message names it and the fix."""
+
+
+class OutputDirError(EntroDropError, FileExistsError):
+    """``output_dir`` holds an earlier run that this one would mix with; the message says the ways out."""
+
+
+class NoCheckpointError(EntroDropError, FileNotFoundError):
+    """``resume=True``, but there is no whole checkpoint to resume; the message says what to do instead."""
+
+
+class ScoringPathError(EntroDropError, FileNotFoundError):
+    """An offline evaluation's ``checkpoints`` path that does not exist, or holds no checkpoint."""
+
+
+class IncompleteCheckpointError(EntroDropError, ValueError):
+    """An offline evaluation's ``step_<N>`` that lacks its config.json or a weight file."""

@@ -23,14 +23,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
-from torchtune.modules import TiedLinear, TransformerDecoder
+from torchtune.modules import TransformerDecoder
 
-from entrodrop.config_check import ConfigError
+from entrodrop.errors import ConfigError
+from entrodrop.models.head import projection_weight, hidden_states, output_weight
 
 IMPLS = ("torch", "liger")
 REDUCTIONS = ("mean", "sum")
 IGNORE_INDEX = -100
-# Evaluation (entrodrop.evaluation, entrodrop.lm_eval_adapter) still reads logits from the
+# Evaluation (entrodrop.eval.evaluator, entrodrop.eval.adapter) still reads logits from the
 # model's forward. With the fused loss the model returns them in this many chunks along the
 # sequence, bf16 under a bf16 model, as torchtune's chunked loss configs had them: a full
 # fp32 [8, 4096, 151936] validation batch would be 20 GB.
@@ -167,58 +168,6 @@ def _check_settings(chunk_size, impl, reduction) -> None:
         raise ConfigError("LinearCrossEntropy: " + "; ".join(problems))
 
 
-def output_weight(model: TransformerDecoder) -> torch.Tensor:
-    """The ``[vocab, d]`` weight of the decoder's output projection: its own, or the token
-    embedding's when tied. Read at each call: FSDP2 swaps the parameter objects."""
-    weight = _projection_weight(model)
-    if hasattr(weight, "full_tensor"):  # a DTensor: FSDP2 has resharded it after the forward
-        raise RuntimeError("the output weight is sharded after the forward: the fused loss reads it after the model "
-                           "returns, so shard the root module with reshard_after_forward=False "
-                           "(model.set_reshard_after_forward(False, recurse=False) after fully_shard)")
-    return weight
-
-
-def _projection_weight(model: TransformerDecoder) -> torch.Tensor:
-    output = model.output
-    if isinstance(output, TiedLinear):
-        weight = output.tied_module.weight
-    elif isinstance(output, nn.Linear) and output.bias is None:
-        weight = output.weight
-    else:
-        raise ValueError(f"the fused loss needs a bias-free linear output projection, not {output!r}")
-    return weight
-
-
-def hidden_states(model: TransformerDecoder, tokens: torch.Tensor, *, mask=None,
-                  input_pos: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """``[b, s, d]``: the decoder's forward up to and including its final norm, without the
-    output projection.
-
-    torchtune 0.6.1's ``TransformerDecoder`` has no switch to skip the projection (0.7's
-    ``skip_output_layer``): its forward ends in ``self.unembed(h)``, the norm then the
-    projection. For this one call the instance's ``unembed`` is the norm alone; the class and
-    its other users (evaluation, generation) are untouched. Running the real forward keeps
-    FSDP2's root hooks, the embedding hook and activation checkpointing as they are.
-
-    Example:
-        >>> from entrodrop.models.qwen3 import qwen3
-        >>> model = qwen3(vocab_size=32, num_layers=1, num_heads=2, num_kv_heads=1, embed_dim=8,
-        ...               intermediate_dim=16, max_seq_len=16, tie_word_embeddings=True)
-        >>> tokens = torch.randint(0, 32, (2, 5))
-        >>> h = hidden_states(model, tokens)
-        >>> h.shape, torch.allclose(model.output(h), model(tokens))
-        (torch.Size([2, 5, 8]), True)
-    """
-    model.unembed = model.norm.__call__  # a bound method, not a module: nothing is registered
-    try:
-        out = model(tokens, mask=mask, input_pos=input_pos)
-    finally:
-        del model.unembed
-    if isinstance(out, list):
-        raise ValueError("hidden_states: the model returns intermediate hidden states too (output_hidden_states); "
-                         "the recipes' models do not")
-    return out
-
 
 class LinearCrossEntropy:
     """The fused linear + cross-entropy loss, as a config component (``loss:`` in the YAML).
@@ -251,7 +200,7 @@ class LinearCrossEntropy:
 
     def set_model_output(self, model: TransformerDecoder) -> None:
         """Bind the loss to ``model``'s output projection (its weight is read at each call)."""
-        _projection_weight(model)  # a model without a usable projection fails here, not at the first step
+        projection_weight(model)  # a model without a usable projection fails here, not at the first step
         self._model = model
 
     def with_token_losses(self, hidden: torch.Tensor, labels: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:

@@ -57,7 +57,7 @@ import yaml
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
-from entrodrop.evaluation import best_epoch, most_complete  # noqa: E402
+from entrodrop.eval.records import best_epoch, most_complete  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -453,10 +453,10 @@ def entropy_sample(tokens, entropy, index: int, decode, gate_percentile: float, 
                    max_tokens: int = 400):
     """What ``draw_entropy_sample`` draws for sample ``index`` of a token store and its entropy
     cache (``SampleStore``s): its first ``max_tokens`` tokens decoded one by one, their
-    entropies, and the gate (``entrodrop.method.entropy_gate``) over the whole sample."""
+    entropies, and the gate (``entrodrop.method.dropout.entropy_gate``) over the whole sample."""
     import torch
 
-    from entrodrop.method import entropy_gate
+    from entrodrop.method.dropout import entropy_gate
 
     ids, h = tokens[index], entropy[index].astype(np.float32)
     gate = entropy_gate(torch.from_numpy(h)[None], torch.zeros(1, len(h), dtype=torch.long), gate_percentile,
@@ -476,7 +476,7 @@ def write_entropy_sample(config_path: str, index: int, out: Path) -> Path:
     from omegaconf import OmegaConf
     from torchtune import config
 
-    from entrodrop.sample_store import SampleStore
+    from entrodrop.data.sample_store import SampleStore
 
     cfg = OmegaConf.load(config_path)
     v, td = cfg.evaluation.validation, cfg.token_dropout

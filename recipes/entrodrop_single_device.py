@@ -2,8 +2,8 @@
 
     tune run recipes/entrodrop_single_device.py --config configs/tiny/qwen3_entrodrop_single_device.yaml
 
-The mixed target/general stream comes from ``entrodrop.loader`` (token stores + entropy
-cache); each step the target tokens of the batch get their drop mask (``entrodrop.method``),
+The mixed target/general stream comes from ``entrodrop.data.loader`` (token stores + entropy
+cache); each step the target tokens of the batch get their drop mask (``entrodrop.method.dropout``),
 a forward hook on the token embedding puts e_bar at the dropped positions, and the usual
 forward and backward run. The baselines of the paper are settings of the same recipe:
 ``token_dropout.targeting`` (low | high | random), ``token_dropout.schedule``
@@ -29,23 +29,17 @@ from omegaconf import DictConfig
 from torchtune import config, training, utils
 from tqdm import tqdm
 
-from entrodrop import cli, schemas
-from entrodrop.activations import checkpoint_layers
 from entrodrop.checkpointing import HFCheckpointer, latest_checkpoint
-from entrodrop.config_check import plain
-from entrodrop.evaluation import (
-    Evaluator,
-    allow_code,
-    crossed_multiple,
-    evaluation_due,
-    open_validation,
-    record_evaluation,
-    task_index,
-)
-from entrodrop.loader import block_causal_mask, build_loader, describe_budget, plan_budget
+from entrodrop.config import cli, schemas
+from entrodrop.data.loader import build_loader, describe_budget, plan_budget
+from entrodrop.data.packing import block_causal_mask
+from entrodrop.data.sample_store import SampleStore
+from entrodrop.eval.evaluator import Evaluator
+from entrodrop.eval.records import record_evaluation
+from entrodrop.eval.task_checks import allow_code, task_index
+from entrodrop.eval.validation import open_validation
 from entrodrop.loss import model_output_for
-from entrodrop.loss_signal import LossSignal, loss_with_token_losses
-from entrodrop.method import (
+from entrodrop.method.dropout import (
     AUTO,
     AUTO_NOT_FIXED,
     EmbeddingHook,
@@ -56,11 +50,15 @@ from entrodrop.method import (
     perturb_embeddings,
     plan_perturbation,
 )
+from entrodrop.method.loss_signal import LossSignal, loss_with_token_losses
 from entrodrop.models.hf_config import check_matches_checkpoint
-from entrodrop.run_dir import (
+from entrodrop.train.activations import checkpoint_layers
+from entrodrop.train.cadence import crossed_multiple, evaluation_due
+from entrodrop.train.run_dir import (
     best_checkpoint,
     earlier_run,
     move_aside,
+    plain,
     prune_checkpoints,
     refuse_earlier_run,
     remove_killed_saves,
@@ -69,7 +67,6 @@ from entrodrop.run_dir import (
     rng_state,
     set_rng_state,
 )
-from entrodrop.sample_store import SampleStore
 
 log = utils.get_logger("INFO")
 
@@ -78,7 +75,7 @@ class EntroDropRecipeSingleDevice:
     """Setup, the train loop, checkpoints; every value read from ``cfg`` is in the YAML.
 
     Start-up goes from cheap checks to costly work, so a mistake shows before the model loads:
-    the config against ``entrodrop.schemas.TRAINING`` (every problem in one error), the output
+    the config against ``entrodrop.config.schemas.TRAINING`` (every problem in one error), the output
     directory (an earlier run is never silently mixed with this one) or the checkpoint to
     resume (its saved config must match), the lm-eval tasks, the data (store integrity, the
     entropy join, the budget), and only then the model.
@@ -102,7 +99,7 @@ class EntroDropRecipeSingleDevice:
         self._config = plain(cfg)  # saved with each checkpoint; a resumed run must match it
         # A bad loss setting (or liger-kernel missing) fails here, before any data or model loads.
         self._loss_fn = config.instantiate(cfg.loss)
-        # signal: loss reads each token's loss from the same pass (entrodrop.loss_signal); None: the loss alone.
+        # signal: loss reads each token's loss from the same pass (entrodrop.method.loss_signal); None: the loss alone.
         self._loss_and_tokens = loss_with_token_losses(self._loss_fn) if cfg.token_dropout.signal == "loss" else None
         self._metric_logger = None
 
@@ -294,11 +291,13 @@ class EntroDropRecipeSingleDevice:
             log.warning(AUTO_NOT_FIXED)  # the last line: this run is not EntroDrop
 
     def _setup_evaluation(self, cfg: DictConfig) -> None:
-        """Held-out entropy-bucket validation and lm-eval task groups (``entrodrop.evaluation``)."""
+        """Held-out entropy-bucket validation and lm-eval task groups (``entrodrop.eval.evaluator``)."""
         ev = cfg.evaluation
         lm = None
         if self._task_manager:
-            from entrodrop.lm_eval_adapter import TorchtuneLM  # imports lm-eval: only when tasks are set
+            from entrodrop.eval.adapter import (
+                TorchtuneLM,  # imports lm-eval: only when tasks are set
+            )
 
             allow_code(ev.lm_eval)
             lm = TorchtuneLM(self._model, config.instantiate(cfg.tokenizer), self._device, ev.lm_eval.max_seq_len,

@@ -32,12 +32,21 @@ import torch.distributed as dist
 from omegaconf import DictConfig
 from torchtune import config, training, utils
 
-from entrodrop import cli, schemas
-from entrodrop.checkpointing import CheckpointError, HFCheckpointer, damaged_weights
-from entrodrop.evaluation import Evaluator, allow_code, open_validation, record_evaluation, task_index, task_scoring
+from entrodrop.checkpointing import HFCheckpointer, damaged_weights
+from entrodrop.config import cli, schemas
+from entrodrop.errors import CheckpointError
+from entrodrop.eval.evaluator import Evaluator
+from entrodrop.eval.offline import (
+    checkpoint_progress,
+    checkpoints_to_score,
+    decided_on_rank_zero,
+    hf_lm,
+    log_task_sizes,
+)
+from entrodrop.eval.records import record_evaluation, task_scoring
+from entrodrop.eval.task_checks import allow_code, task_index
+from entrodrop.eval.validation import open_validation
 from entrodrop.models.hf_config import check_matches_checkpoint
-from entrodrop.offline import decided_on_rank_zero, hf_lm, log_task_sizes
-from entrodrop.run_dir import checkpoint_progress, checkpoints_to_score
 
 log = utils.get_logger("INFO")
 
@@ -48,7 +57,7 @@ class EvaluateRecipe:
     """Checks, then one evaluation per checkpoint not yet scored; every value read is in the YAML.
 
     Start-up goes from cheap checks to costly work: the config against
-    ``entrodrop.schemas.EVALUATE``, the checkpoints (all complete), the lm-eval tasks, the
+    ``entrodrop.config.schemas.EVALUATE``, the checkpoints (all complete), the lm-eval tasks, the
     validation stores, and only then the model.
     """
 
@@ -89,7 +98,9 @@ class EvaluateRecipe:
             self._model.eval()
         lm = None
         if self._backend == "torchtune" and task_manager:
-            from entrodrop.lm_eval_adapter import TorchtuneLM  # imports lm-eval: only when tasks are set
+            from entrodrop.eval.adapter import (
+                TorchtuneLM,  # imports lm-eval: only when tasks are set
+            )
 
             lm = TorchtuneLM(self._model, config.instantiate(cfg.tokenizer), self._device, ev.lm_eval.max_seq_len,
                              ev.lm_eval.batch_size, ev.lm_eval.max_gen_toks, distributed=self._distributed,
@@ -116,7 +127,9 @@ class EvaluateRecipe:
         ev, dtype = self._lm_eval, LM_EVAL_DTYPES[self._dtype_name]
         if self._backend == "hf":
             return hf_lm(checkpoint, str(self._device), dtype, ev)
-        from lm_eval.models.vllm_causallms import VLLM  # imports vllm: only when it is chosen
+        from lm_eval.models.vllm_causallms import (
+            VLLM,  # imports vllm: only when it is chosen
+        )
 
         return VLLM(pretrained=str(checkpoint), dtype=dtype, max_model_len=ev.max_seq_len,
                     max_gen_toks=ev.max_gen_toks, batch_size="auto")

@@ -6,7 +6,7 @@
 The samples are read from the target corpus's token store (recipes/tokenize_corpus.py), the
 very tokens the training loader reads; the entropies are computed with the output projection
 applied in chunks of tokens and of vocabulary (memory independent of batch x sequence x
-vocabulary), and written to a sharded fp16 cache (``entrodrop.sample_store``) whose key is
+vocabulary), and written to a sharded fp16 cache (``entrodrop.data.sample_store``) whose key is
 the token store's plus the model's. With ``pack_len`` the samples are packed whole into rows
 of ``pack_len`` tokens with a block-causal mask, as training packs them: one batch shape
 (what ``compile`` wants) and almost no padding; with ``pack_len: null`` they are batched by
@@ -26,9 +26,14 @@ from omegaconf import DictConfig
 from torchtune import config, training, utils
 from tqdm import tqdm
 
-from entrodrop import cli, schemas
-from entrodrop.entropy import shard_entropies
-from entrodrop.sample_store import SampleStore, SampleStoreWriter, entropy_cache_key, sample_table
+from entrodrop.config import cli, schemas
+from entrodrop.data.sample_store import (
+    SampleStore,
+    SampleStoreWriter,
+    entropy_cache_key,
+    sample_table,
+)
+from entrodrop.method.entropy import shard_entropies
 from entrodrop.models.hf_config import check_matches_checkpoint
 
 log = utils.get_logger("INFO")
@@ -82,7 +87,7 @@ class PrecomputeEntropyRecipe:
         check_matches_checkpoint(model, checkpointer.config, f"{cfg.checkpointer.checkpoint_dir}/config.json")
         model.load_state_dict(checkpointer.load_checkpoint()["model"], strict=True)
         if cfg.compile:
-            # Per layer, as training compiles: final_hidden_states calls the layers one by one.
+            # Per layer, as training compiles: layerwise_hidden_states calls the layers one by one.
             training.compile_model(model, verbose=self._rank == 0)
         self._model = model.eval()
 

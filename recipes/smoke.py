@@ -23,7 +23,7 @@ from omegaconf import DictConfig
 from torchtune import config, training, utils
 from torchtune.modules import TransformerSelfAttentionLayer
 
-from entrodrop import cli, schemas
+from entrodrop.config import cli, schemas
 from entrodrop.models.hf_config import check_matches_checkpoint
 
 log = utils.get_logger("INFO")

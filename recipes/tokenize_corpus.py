@@ -4,11 +4,11 @@
     tune run --nproc_per_node 2 recipes/tokenize_corpus.py --config configs/tiny/qwen3_tokenize.yaml
 
 Each entry of ``corpora`` is a JSON-lines file or a ``datasets.load_dataset`` source
-(``entrodrop.sources``: which rows, rendered how, selected and held out how) and becomes a store
-of int32 token ids (``entrodrop.sample_store``); a source with ``validation_size`` also writes
+(``entrodrop.data.sources``: which rows, rendered how, selected and held out how) and becomes a store
+of int32 token ids (``entrodrop.data.sample_store``); a source with ``validation_size`` also writes
 its held-out rows to ``validation_store_dir``. A record longer than ``max_seq_len`` is split
 into samples of ``max_seq_len`` or cut, as its ``long_samples`` says, and the log says how many
-were. Several processes share each store's blocks of rows (``entrodrop.token_stores``); a killed
+were. Several processes share each store's blocks of rows (``entrodrop.data.token_stores``); a killed
 run keeps what it finished and the same command completes it.
 
 Every corpus is read, rendered and checked before any store is written (a streamed source as
@@ -23,11 +23,11 @@ import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 from torchtune import config, utils
 
-from entrodrop import cli, schemas
-from entrodrop.sample_store import store_key
-from entrodrop.corpus import CorpusError
-from entrodrop.sources import SourceError, plan_corpus
-from entrodrop.token_stores import write_token_store
+from entrodrop.config import cli, schemas
+from entrodrop.data.sample_store import store_key
+from entrodrop.data.sources import plan_corpus
+from entrodrop.data.token_stores import write_token_store
+from entrodrop.errors import CorpusError, SourceError
 
 log = utils.get_logger("INFO")
 

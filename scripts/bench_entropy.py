@@ -42,9 +42,12 @@ def bench_args(embed_dim: int) -> dict:
 
 
 def write_checkpoint(out: Path, embed_dim: int) -> None:
-    from make_tiny_assets import init_weights, write_model  # scripts/ is on sys.path: run as a script
+    from make_tiny_assets import (  # scripts/ is on sys.path: run as a script
+        init_weights,
+        write_model,
+    )
 
-    from entrodrop.models.qwen3 import qwen3
+    from entrodrop.models.qwen3._component_builders import qwen3
 
     args = {**bench_args(embed_dim), "norm_eps": 1e-6, "rope_base": 1e6}
     model = qwen3(**args)
@@ -66,10 +69,12 @@ def peak_rss_mib() -> float:
 def worker(method: str, ckpt: Path, embed_dim: int, num_samples: int, batch_size: int, chunk_size: int,
            vocab_chunk_size: int, pack_rows_of: int) -> dict:
     from entrodrop.checkpointing import HFCheckpointer
-    from entrodrop.corpus import tokenize_corpus
-    from entrodrop.entropy import final_hidden_states, output_weight, shard_entropies
-    from entrodrop.sample_store import SampleStoreWriter, sample_table
-    from entrodrop.models.qwen3 import qwen3, qwen3_tokenizer
+    from entrodrop.data.corpus import tokenize_corpus
+    from entrodrop.data.sample_store import SampleStoreWriter, sample_table
+    from entrodrop.method.entropy import shard_entropies
+    from entrodrop.models.head import layerwise_hidden_states, output_weight
+    from entrodrop.models.qwen3._component_builders import qwen3
+    from entrodrop.models.qwen3._model_builders import qwen3_tokenizer
 
     tiny = REPO / "assets" / "tiny" / "qwen3"
     tokenizer = qwen3_tokenizer(str(tiny / "vocab.json"), str(tiny / "merges.txt"), str(tiny / "tokenizer.json"))
@@ -90,7 +95,7 @@ def worker(method: str, ckpt: Path, embed_dim: int, num_samples: int, batch_size
                 tokens[row, : lengths[i]] = torch.tensor(batch_samples[i])
             predicts = torch.arange(tokens.shape[1]) < (lengths[idx] - 1).unsqueeze(1)
             if method == "floor":
-                hidden = final_hidden_states(model, tokens)[predicts]
+                hidden = layerwise_hidden_states(model, tokens)[predicts]
                 for c in range(0, hidden.shape[0], chunk_size):
                     logits = (hidden[c : c + chunk_size] @ output_weight(model).T).float()
                     del logits  # computed and thrown away: the work any method must do

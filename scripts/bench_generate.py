@@ -54,9 +54,12 @@ def checkpoint(device: str) -> Path:
     """The tiny Qwen3 on CPU; Qwen3-0.6B's shape with random weights on CUDA."""
     if device == "cpu":
         return TINY / "qwen3"
-    from make_tiny_assets import init_weights, write_model  # scripts/ is on sys.path: run as a script
+    from make_tiny_assets import (  # scripts/ is on sys.path: run as a script
+        init_weights,
+        write_model,
+    )
 
-    from entrodrop.models.qwen3 import qwen3
+    from entrodrop.models.qwen3._component_builders import qwen3
 
     out = Path(tempfile.mkdtemp()) / "qwen3_0_6b_shape"
     model = qwen3(**QWEN3_0_6B)
@@ -101,8 +104,9 @@ def main() -> None:
     from lm_eval.api.instance import Instance
 
     from entrodrop.checkpointing import HFCheckpointer
-    from entrodrop.lm_eval_adapter import TorchtuneLM
-    from entrodrop.models.qwen3 import qwen3, qwen3_tokenizer
+    from entrodrop.eval.adapter import TorchtuneLM
+    from entrodrop.models.qwen3._component_builders import qwen3
+    from entrodrop.models.qwen3._model_builders import qwen3_tokenizer
 
     cuda = args.device == "cuda"
     device, dtype = torch.device(args.device), torch.bfloat16 if cuda else torch.float32

@@ -43,9 +43,9 @@ import torch
 from omegaconf import OmegaConf
 
 from entrodrop.checkpointing import write_random_checkpoint
+from entrodrop.data.sample_store import SampleStore
 from entrodrop.models import shapes
 from entrodrop.report import read_run
-from entrodrop.sample_store import SampleStore
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "assets" / "tiny"
@@ -70,8 +70,9 @@ TRAIN_RUNS = {  # name: (the table's stage, overrides), in the order a round run
 
 
 def build(model_type: str, args: dict):
-    from entrodrop.models.qwen3 import qwen3
     from torchtune.models.llama3_1 import llama3_1
+
+    from entrodrop.models.qwen3._component_builders import qwen3
 
     return (qwen3 if model_type == "QWEN3" else llama3_1)(**args)
 

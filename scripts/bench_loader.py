@@ -34,7 +34,7 @@ VOCAB = 2112
 
 
 def build_stores(root: Path, target_tokens: int, general_tokens: int, seed: int) -> None:
-    from entrodrop.sample_store import SampleStoreWriter, sample_table
+    from entrodrop.data.sample_store import SampleStoreWriter, sample_table
 
     rng = np.random.default_rng(seed)
 
@@ -63,8 +63,8 @@ def memory() -> dict:
 
 
 def measure_loader(root: Path, steps: int) -> dict:
-    from entrodrop.loader import build_loader
-    from entrodrop.sample_store import SampleStore
+    from entrodrop.data.loader import build_loader
+    from entrodrop.data.sample_store import SampleStore
 
     # The integrity check alone (every target token id read back and hashed), then the whole
     # start-up, which runs it again: build_loader refuses a corrupted store before step 1.
@@ -87,11 +87,11 @@ def measure_loader(root: Path, steps: int) -> dict:
 
 def measure_training(root: Path, steps: int) -> dict:
     import torch
-
     from make_tiny_assets import DEMO_QWEN3
 
-    from entrodrop.loader import block_causal_mask, build_loader
-    from entrodrop.models.qwen3 import qwen3
+    from entrodrop.data.loader import build_loader
+    from entrodrop.data.packing import block_causal_mask
+    from entrodrop.models.qwen3._component_builders import qwen3
 
     torch.manual_seed(0)
     model = qwen3(**DEMO_QWEN3)

@@ -128,8 +128,8 @@ def per_step(run_dir: Path, key: str, first: int) -> list:
 
 def time_plan(stores: Path, calls: int = 200) -> float:
     """Milliseconds per call of the gate + mask for one 8 x 256 batch, in this process."""
-    from entrodrop.loader import build_loader
-    from entrodrop.method import TokenDropout
+    from entrodrop.data.loader import build_loader
+    from entrodrop.method.dropout import TokenDropout
 
     batch = next(iter(build_loader(f"{stores}/target", f"{stores}/entropy", f"{stores}/general", 256, 8, 0.6, 0)))
     method = TokenDropout("low", 0.5, "static", 0.1, 1.0, 0.0, "steps", seed=0)
@@ -144,18 +144,24 @@ def demo_step(stores: Path, loss_fn) -> tuple:
     """A demo-model training step as the recipe takes it, in this process, on 8 fixed batches:
     ``step(k, signal)`` -> seconds, ``signal`` None (EntroDrop off), "entropy" or "loss"
     (EntroDrop static either way); and the ``LossSignal`` store that "loss" reads and writes."""
-    import torch
-
     from functools import partial
 
+    import torch
     from make_tiny_assets import DEMO_QWEN3
 
-    from entrodrop.loader import block_causal_mask, build_loader
+    from entrodrop.data.loader import build_loader
+    from entrodrop.data.packing import block_causal_mask
+    from entrodrop.data.sample_store import SampleStore
     from entrodrop.loss import model_output_for
-    from entrodrop.loss_signal import LossSignal, loss_with_token_losses
-    from entrodrop.method import EmbeddingHook, TokenDropout, mean_embedding, perturb_embeddings, plan_perturbation
-    from entrodrop.models.qwen3 import qwen3
-    from entrodrop.sample_store import SampleStore
+    from entrodrop.method.dropout import (
+        EmbeddingHook,
+        TokenDropout,
+        mean_embedding,
+        perturb_embeddings,
+        plan_perturbation,
+    )
+    from entrodrop.method.loss_signal import LossSignal, loss_with_token_losses
+    from entrodrop.models.qwen3._component_builders import qwen3
 
     torch.manual_seed(0)
     model = qwen3(**DEMO_QWEN3)

@@ -52,7 +52,14 @@ from functools import partial
 from pathlib import Path
 
 from entrodrop.checkpointing import latest_checkpoint
-from entrodrop.report import comparison_table, propose_midpoint, read_run, seed_spread, write_entropy_sample, write_report
+from entrodrop.report import (
+    comparison_table,
+    propose_midpoint,
+    read_run,
+    seed_spread,
+    write_entropy_sample,
+    write_report,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from entrodrop.sources import LOCAL_BUILDERS, describe_source  # noqa: E402
+from entrodrop.data.sources import LOCAL_BUILDERS, describe_source  # noqa: E402
 
 
 def fetch(config: Path) -> None:

@@ -31,7 +31,15 @@ from typing import Iterator, List
 
 import torch
 from safetensors.torch import save_file
-from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from tokenizers import (
+    Regex,
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    trainers,
+)
 from torch import nn
 from torchtune.models.llama3_1 import llama3_1
 from torchtune.models.qwen2._tokenizer import PRETOKENIZE_REGEX
@@ -39,7 +47,8 @@ from torchtune.modules.transforms.tokenizers import parse_hf_tokenizer_json
 
 from entrodrop.checkpointing import CONVERTERS
 from entrodrop.models.hf_config import hf_config
-from entrodrop.models.qwen3 import QWEN3_SPECIAL_TOKENS, qwen3
+from entrodrop.models.qwen3._component_builders import qwen3
+from entrodrop.models.qwen3._model_builders import QWEN3_SPECIAL_TOKENS
 
 BPE_VOCAB_SIZE = 2048
 # Special tokens follow the BPE vocabulary in Qwen3's order; the embedding is padded to a

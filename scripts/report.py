@@ -25,7 +25,12 @@ config: its tokenizer, its held-out validation store and entropy cache, and its 
 import argparse
 from pathlib import Path
 
-from entrodrop.report import check_selection, read_run, write_entropy_sample, write_report
+from entrodrop.report import (
+    check_selection,
+    read_run,
+    write_entropy_sample,
+    write_report,
+)
 
 
 def main() -> None:

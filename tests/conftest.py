@@ -1,6 +1,10 @@
 """Shared fixtures: the repository root, the tiny offline assets, the real `tune` CLI, and the
 device of the GPU tests.
 
+Three tiers, by marker: unit tests (the rest: seconds each, no `tune run`; ``make test-fast``),
+``recipe`` tests (they start the real `tune run`, torchrun or a script in a subprocess; every
+test that uses the ``tune_run`` fixture is one), and ``gpu`` tests. ``make test`` runs all three.
+
 Tests marked ``gpu`` check the CUDA paths (``make test-gpu`` runs them alone); without a CUDA GPU
 they are skipped. ``GPU_TESTS_ON_CPU=1`` runs them on the CPU instead, with the checks that only
 CUDA has (liger-kernel, flex attention, peak memory, nccl) skipped: a check of the tests
@@ -29,6 +33,9 @@ os.environ["PET_STANDALONE"] = "1"
 
 
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "tune_run" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.recipe)
     if torch.cuda.is_available() or GPU_TESTS_ON_CPU:
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU: run `make test-gpu` on a machine with one")

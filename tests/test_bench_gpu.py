@@ -6,9 +6,11 @@ figures themselves come from a GPU machine."""
 import subprocess
 import sys
 
+import pytest
 import torch
-
 from conftest import REPO
+
+pytestmark = pytest.mark.recipe  # starts tune run / torchrun / a script in a subprocess
 
 BENCH = [sys.executable, str(REPO / "scripts" / "bench_gpu.py")]
 
@@ -26,7 +28,7 @@ def test_the_gpu_benchmark_runs_its_whole_pipeline_on_cpu(tiny_assets, tmp_path)
         assert float(rows[stage][2].replace(",", "")) > 0, rows[stage]  # tokens/s
     assert all("median of 3 paired steps" in rows[cost][5] for cost in costs), result.stdout
     # The store: 2 bytes a target token of the corpus it trained on; CPU logs no peak memory.
-    from entrodrop.sample_store import SampleStore
+    from entrodrop.data.sample_store import SampleStore
 
     num_target = int(SampleStore(str(tmp_path / "entropy" / "tiny"), "entropy").table["length"].sum())
     assert (f"peak memory -, the store {num_target:,} target tokens x 2 bytes (fp16) = "

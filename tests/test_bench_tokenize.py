@@ -5,7 +5,10 @@ row of its table. The 1 GB figures come from running the script itself."""
 import subprocess
 import sys
 
+import pytest
 from conftest import REPO
+
+pytestmark = pytest.mark.recipe  # starts tune run / torchrun / a script in a subprocess
 
 
 def test_the_tokenize_benchmark_runs_its_whole_pipeline(tiny_assets, tmp_path):

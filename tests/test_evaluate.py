@@ -15,8 +15,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from omegaconf import OmegaConf
 
-from entrodrop.evaluation import already_scored
-from entrodrop.offline import decided_on_rank_zero, hf_lm, task_size
+from entrodrop.eval.offline import decided_on_rank_zero, hf_lm, task_size
+from entrodrop.eval.records import already_scored
 
 CONFIG = "configs/tiny/qwen3_evaluate.yaml"
 TRAIN = "configs/tiny/qwen3_entrodrop_single_device.yaml"

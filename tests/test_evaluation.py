@@ -12,25 +12,28 @@ import torch.nn.functional as F
 from lm_eval.api.instance import Instance
 
 from entrodrop.checkpointing import HFCheckpointer
-from entrodrop.evaluation import (
-    HIGH,
-    LOW,
-    Evaluator,
-    already_scored,
-    bucket_loss_sums,
-    entropy_buckets,
-    evaluation_due,
+from entrodrop.data.packing import IGNORE_INDEX
+from entrodrop.eval.adapter import TorchtuneLM, chat_prompt_ids, end_token_ids
+from entrodrop.eval.evaluator import Evaluator
+from entrodrop.eval.records import (
     PLAIN_PROMPTS,
+    already_scored,
     group_scores,
     most_complete,
     record_evaluation,
     task_score,
+)
+from entrodrop.eval.validation import (
+    HIGH,
+    LOW,
+    bucket_loss_sums,
+    entropy_buckets,
     validation_batches,
 )
-from entrodrop.lm_eval_adapter import TorchtuneLM, chat_prompt_ids, end_token_ids
-from entrodrop.loader import IGNORE_INDEX
-from entrodrop.models.qwen3 import qwen3, qwen3_tokenizer
+from entrodrop.models.qwen3._component_builders import qwen3
+from entrodrop.models.qwen3._model_builders import qwen3_tokenizer
 from entrodrop.report import read_run, write_report
+from entrodrop.train.cadence import evaluation_due
 
 
 @pytest.fixture(scope="module")
@@ -272,7 +275,7 @@ def two_valued_validation(root):
     """A held-out token store and its entropy cache whose entropies take two fp16 values, 2 of
     every 9 tokens the higher one, as on the tiny models: the "high 25%" share ends inside the
     lower value's tokens, and the "low 50%" share too. Samples of various lengths, one empty."""
-    from entrodrop.sample_store import sample_table, write_store
+    from entrodrop.data.sample_store import sample_table, write_store
 
     rng = np.random.default_rng(0)
     lengths = [9, 0, 14, 5, 16, 11, 7, 12, 3, 16]

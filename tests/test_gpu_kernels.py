@@ -11,18 +11,20 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import cuda_only
 from lm_eval.api.instance import Instance
 from torch import nn
 from torchtune import training
 
-from conftest import cuda_only
 from entrodrop.checkpointing import HFCheckpointer
-from entrodrop.entropy import fp32_logits, shard_entropies
-from entrodrop.lm_eval_adapter import TorchtuneLM
-from entrodrop.loader import GENERAL, TARGET, block_causal_mask, pack_rows
+from entrodrop.data.packing import GENERAL, TARGET, block_causal_mask, pack_rows
+from entrodrop.eval.adapter import TorchtuneLM
 from entrodrop.loss import LinearCrossEntropy
-from entrodrop.method import TokenDropout, entropy_gate, plan_perturbation
-from entrodrop.models.qwen3 import qwen3, qwen3_tokenizer
+from entrodrop.method.dropout import TokenDropout, entropy_gate, plan_perturbation
+from entrodrop.method.entropy import shard_entropies
+from entrodrop.models.head import fp32_logits
+from entrodrop.models.qwen3._component_builders import qwen3
+from entrodrop.models.qwen3._model_builders import qwen3_tokenizer
 
 pytestmark = pytest.mark.gpu
 

@@ -7,12 +7,18 @@ and hf backends give the same scores."""
 import json
 import math
 import shutil
-from pathlib import Path
 
 import pytest
-
 from conftest import cuda_only
-from test_recipes import CHUNKED_CE, DISTRIBUTED, NO_EVAL, SINGLE, logged, run, train_args
+from test_recipes import (
+    CHUNKED_CE,
+    DISTRIBUTED,
+    NO_EVAL,
+    SINGLE,
+    logged,
+    run,
+    train_args,
+)
 
 pytestmark = pytest.mark.gpu
 

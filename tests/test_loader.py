@@ -7,18 +7,19 @@ import numpy as np
 import pytest
 import torch
 
-from entrodrop.corpus import tokenize_corpus
-from entrodrop.loader import (
+from entrodrop.data.corpus import tokenize_corpus
+from entrodrop.data.loader import build_loader, plan_budget
+from entrodrop.data.packing import (
     GENERAL,
     IGNORE_INDEX,
     PADDING,
     TARGET,
     block_causal_mask,
-    build_loader,
-    plan_budget,
 )
-from entrodrop.models.qwen3 import qwen3, qwen3_tokenizer
-from entrodrop.sample_store import CacheMismatchError, SampleStore, sample_table, write_store
+from entrodrop.data.sample_store import SampleStore, sample_table, write_store
+from entrodrop.errors import CacheMismatchError
+from entrodrop.models.qwen3._component_builders import qwen3
+from entrodrop.models.qwen3._model_builders import qwen3_tokenizer
 
 SEQ_LEN = 64
 

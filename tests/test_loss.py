@@ -19,19 +19,18 @@ import torch.nn.functional as F
 from torchtune.models.llama3_1 import llama3_1
 from torchtune.modules.loss import CEWithChunkedOutputLoss
 
-from entrodrop.activations import checkpoint_layers, num_checkpointed_layers
-from entrodrop.loader import block_causal_mask
+from entrodrop.data.packing import block_causal_mask
 from entrodrop.loss import (
     EVALUATION_OUTPUT_CHUNKS,
     LinearCrossEntropy,
-    hidden_states,
     linear_cross_entropy,
     linear_cross_entropy_and_token_losses,
     model_output_for,
-    output_weight,
 )
-from entrodrop.method import EmbeddingHook, mean_embedding, perturb_embeddings
-from entrodrop.models.qwen3 import qwen3
+from entrodrop.method.dropout import EmbeddingHook, mean_embedding, perturb_embeddings
+from entrodrop.models.head import hidden_states, output_weight
+from entrodrop.models.qwen3._component_builders import qwen3
+from entrodrop.train.activations import checkpoint_layers, num_checkpointed_layers
 
 LOSS_RTOL, GRAD_RTOL, GRAD_ATOL = 1e-5, 1e-4, 1e-6
 

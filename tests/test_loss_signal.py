@@ -1,4 +1,4 @@
-"""token_dropout.signal: loss (entrodrop.loss_signal): the live store holds each target token's
+"""token_dropout.signal: loss (entrodrop.method.loss_signal): the live store holds each target token's
 own last training loss, at the token it predicts; before its first visit, its cached entropy.
 
 The hand computations run a tiny Qwen3 on each target sample alone (not packed) and take
@@ -19,15 +19,23 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 from torchtune.modules.loss import CEWithChunkedOutputLoss
 
-from entrodrop import schemas
-from entrodrop.config_check import ConfigError, check_config, differences, plain
-from entrodrop.loader import IGNORE_INDEX, TARGET, block_causal_mask, build_loader
-from entrodrop.loss import LinearCrossEntropy, hidden_states
-from entrodrop.loss_signal import LossSignal, flat_values, gate_agreement, loss_with_token_losses
-from entrodrop.method import TokenDropout, entropy_gate, plan_perturbation
-from entrodrop.models.qwen3 import qwen3
-from entrodrop.run_dir import resume_state
-from entrodrop.sample_store import SampleStore, sample_table, write_store
+from entrodrop.config import schemas
+from entrodrop.config.check import check_config
+from entrodrop.data.loader import build_loader
+from entrodrop.data.packing import IGNORE_INDEX, TARGET, block_causal_mask
+from entrodrop.data.sample_store import SampleStore, sample_table, write_store
+from entrodrop.errors import ConfigError
+from entrodrop.loss import LinearCrossEntropy
+from entrodrop.method.dropout import TokenDropout, entropy_gate, plan_perturbation
+from entrodrop.method.loss_signal import (
+    LossSignal,
+    flat_values,
+    gate_agreement,
+    loss_with_token_losses,
+)
+from entrodrop.models.head import hidden_states
+from entrodrop.models.qwen3._component_builders import qwen3
+from entrodrop.train.run_dir import differences, plain, resume_state
 
 REPO = Path(__file__).resolve().parent.parent
 TINY_TRAINING = REPO / "configs/tiny/qwen3_entrodrop_single_device.yaml"

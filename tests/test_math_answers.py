@@ -13,7 +13,11 @@ from typing import NamedTuple, Optional
 
 import pytest
 
-from entrodrop.tasks.math_answers import college_math_score, olympiadbench_score, svamp_score
+from entrodrop.tasks.math_answers import (
+    college_math_score,
+    olympiadbench_score,
+    svamp_score,
+)
 
 
 class Case(NamedTuple):

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from entrodrop.method import (
+from entrodrop.method.dropout import (
     EmbeddingHook,
     TokenDropout,
     add_hidden_dropout,
@@ -14,14 +14,14 @@ from entrodrop.method import (
     drop_mask,
     entropy_gate,
     gamma_max_at,
-    midpoint_step,
     mean_embedding,
+    midpoint_step,
     neftune_noise,
     perturb_embeddings,
     plan_perturbation,
     row_generator,
 )
-from entrodrop.models.qwen3 import qwen3
+from entrodrop.models.qwen3._component_builders import qwen3
 
 NAN = float("nan")
 

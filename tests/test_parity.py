@@ -15,7 +15,8 @@ from torchtune.models.llama3_1 import llama3_1
 
 from entrodrop.checkpointing import INDEX_FNAME, HFCheckpointer, find_weight_files
 from entrodrop.models.hf_config import check_matches_checkpoint
-from entrodrop.models.qwen3 import qwen3, qwen3_hf_to_tune
+from entrodrop.models.qwen3._component_builders import qwen3
+from entrodrop.models.qwen3._convert_weights import qwen3_hf_to_tune
 
 transformers = pytest.importorskip("transformers")
 

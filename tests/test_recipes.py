@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from conftest import REPO, TUNE
+
+pytestmark = pytest.mark.recipe  # starts tune run / torchrun / a script in a subprocess
 
 SINGLE = "configs/tiny/qwen3_entrodrop_single_device.yaml"
 DISTRIBUTED = "configs/tiny/qwen3_entrodrop_distributed.yaml"
@@ -344,7 +345,7 @@ def test_the_data_recipes_report_every_config_mistake_too(tiny_assets, tune_run,
 @pytest.mark.parametrize("store, config, nproc", [("target", SINGLE, 1), ("target_val", SINGLE, 1),
                                                    ("target", DISTRIBUTED, 2)])
 def test_a_corrupted_token_store_stops_training_before_its_first_step(data, tune_run, tmp_path, store, config, nproc):
-    from entrodrop.sample_store import SampleStore
+    from entrodrop.data.sample_store import SampleStore
 
     [override] = [arg for arg in data if arg.endswith(f"/{store}")]
     key, original = override.split("=", 1)

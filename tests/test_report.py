@@ -4,7 +4,14 @@ validation loss, and bad arguments refused with what exists listed."""
 import json
 import sys
 
-from entrodrop.report import agreement_points, comparison_table, propose_midpoint, read_run, seed_spread, write_report
+from entrodrop.report import (
+    agreement_points,
+    comparison_table,
+    propose_midpoint,
+    read_run,
+    seed_spread,
+    write_report,
+)
 
 
 def fake_run(root, name, val_losses, groups=("code",), **fields):
@@ -93,14 +100,13 @@ def test_figure_1b_plots_the_target_score_against_the_loss_only_for_a_target_gro
 
 def test_figure_5c_shows_a_held_out_sample_with_the_gates_choice(data, tmp_path, monkeypatch, capsys):
     import torch
+    from conftest import REPO
     from omegaconf import OmegaConf
 
-    from entrodrop.method import entropy_gate
-    from entrodrop.models.qwen3 import qwen3_tokenizer
+    from entrodrop.data.sample_store import SampleStore
+    from entrodrop.method.dropout import entropy_gate
+    from entrodrop.models.qwen3._model_builders import qwen3_tokenizer
     from entrodrop.report import entropy_sample
-    from entrodrop.sample_store import SampleStore
-
-    from conftest import REPO
 
     overrides = dict(arg.split("=", 1) for arg in data)
     tokens = SampleStore(overrides["evaluation.validation.target_tokens"], "tokens")

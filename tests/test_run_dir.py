@@ -8,10 +8,13 @@ import torch
 
 from entrodrop.checkpointing import PROGRESS_FNAME, RECIPE_STATE_FNAME
 from entrodrop.errors import EntroDropError
-from entrodrop.run_dir import (
-    best_checkpoint,
+from entrodrop.eval.offline import (
     checkpoint_progress,
     checkpoints_to_score,
+    scorable_checkpoints,
+)
+from entrodrop.train.run_dir import (
+    best_checkpoint,
     earlier_run,
     move_aside,
     prune_checkpoints,
@@ -20,7 +23,6 @@ from entrodrop.run_dir import (
     resumable,
     resume_state,
     rng_state,
-    scorable_checkpoints,
     set_rng_state,
 )
 

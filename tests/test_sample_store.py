@@ -12,16 +12,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import REPO, TUNE
 from safetensors.torch import load_file, save_file
 
-from entrodrop.corpus import CorpusError, read_corpus, read_texts, token_hash, tokenize_corpus
-from entrodrop.entropy import sample_entropies
-from entrodrop.sample_store import (CacheMismatchError, SampleStore, SampleStoreWriter, fingerprint_checkpoint,
-                                    sample_table, store_key)
-from entrodrop.sources import jsonl_description
-from entrodrop.models.qwen3 import qwen3_tokenizer
-
-from conftest import REPO, TUNE
+from entrodrop.data.corpus import read_corpus, read_texts, token_hash, tokenize_corpus
+from entrodrop.data.sample_store import (
+    SampleStore,
+    SampleStoreWriter,
+    fingerprint_checkpoint,
+    sample_table,
+    store_key,
+)
+from entrodrop.data.sources import jsonl_description
+from entrodrop.errors import CacheMismatchError, CorpusError
+from entrodrop.method.entropy import sample_entropies
+from entrodrop.models.qwen3._model_builders import qwen3_tokenizer
 
 CONFIG = "configs/tiny/qwen3_precompute_entropy.yaml"
 
@@ -63,7 +68,7 @@ def tiny_tokenizer(tiny_assets):
 
 def test_cache_holds_the_entropies_of_the_training_tokens(reference_cache, tiny_assets, make_tiny_assets):
     from entrodrop.checkpointing import HFCheckpointer
-    from entrodrop.models.qwen3 import qwen3
+    from entrodrop.models.qwen3._component_builders import qwen3
 
     cache = SampleStore(str(reference_cache), "entropy")
     samples = tokenize_corpus(tiny_tokenizer(tiny_assets), str(tiny_assets / "target.jsonl"), "text", 256)
@@ -343,7 +348,7 @@ def test_tokenize_refuses_an_empty_corpus_before_writing_any_store(tiny_assets, 
 
 
 def test_store_shards_and_parts_are_readable_by_others_as_the_umask_allows(tmp_path):
-    from entrodrop.token_stores import _write_part
+    from entrodrop.data.token_stores import _write_part
 
     old = os.umask(0o022)
     try:

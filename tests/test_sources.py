@@ -1,10 +1,10 @@
-"""``datasets`` sources into token stores (entrodrop.sources, entrodrop.token_stores,
+"""``datasets`` sources into token stores (entrodrop.data.sources, entrodrop.data.token_stores,
 recipes/tokenize_corpus.py), on fixtures shaped like the real corpora: NuminaMath-CoT,
 Infinity-Instruct and rStar-Coder's synthetic_sft, each as local parquet and as JSON lines, with
 exact duplicate rows, null and empty columns, and rows longer than ``max_seq_len``.
 
 The expected stores are computed here from the fixture rows with the rule of the
-``entrodrop.sources`` docstring, not with its functions: each row rendered (a column, a
+``entrodrop.data.sources`` docstring, not with its functions: each row rendered (a column, a
 template, turns as plain text or through ``tokenize_messages``), null or empty rows skipped,
 the first row of each distinct text kept, ``numpy.random.default_rng(seed).permutation`` of
 those, the validation rows first, then the training rows cut to the budget in whole rows.
@@ -24,16 +24,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import TINY
 from omegaconf import OmegaConf
 from torchtune.data import Message
 
-from entrodrop import schemas, sources
-from entrodrop.models.qwen3 import qwen3_tokenizer
-from entrodrop.sample_store import SampleStore, store_key
-from entrodrop.sources import SourceError, plan_corpus, validation_count
-from entrodrop.token_stores import write_token_store
-
-from conftest import TINY
+from entrodrop.config import schemas
+from entrodrop.data import sources
+from entrodrop.data.sample_store import SampleStore, store_key
+from entrodrop.data.sources import plan_corpus, validation_count
+from entrodrop.data.token_stores import write_token_store
+from entrodrop.errors import SourceError
+from entrodrop.models.qwen3._model_builders import qwen3_tokenizer
 
 SEQ = 64  # max_seq_len of most tests: the long fixture rows are 70 to 130 tokens
 RECIPE = "recipes/tokenize_corpus.py"

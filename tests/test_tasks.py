@@ -18,9 +18,20 @@ import yaml
 from lm_eval.api.model import LM
 from lm_eval.tasks import TaskManager
 
-from entrodrop.evaluation import check_tasks, runs_model_code
-from entrodrop.task_checks import check_metrics, check_packages, task_metrics
-from entrodrop.tasks.livecodebench import decode_tests, extract_code, prompt, run_tests, sandbox
+from entrodrop.eval.task_checks import (
+    check_metrics,
+    check_packages,
+    check_tasks,
+    runs_model_code,
+    task_metrics,
+)
+from entrodrop.tasks.livecodebench import (
+    decode_tests,
+    extract_code,
+    prompt,
+    run_tests,
+    sandbox,
+)
 from entrodrop.tasks.math_answers import (
     boxed_answer,
     college_math_score,
@@ -229,7 +240,7 @@ def test_each_task_names_a_metric_its_result_has(task_manager):
 
 
 def test_a_benchmark_without_its_packages_fails_at_start_up_with_the_install_command(task_manager, monkeypatch):
-    import entrodrop.task_checks as checks
+    import entrodrop.eval.task_checks as checks
 
     installed = {"sympy": "1.14.0", "math_verify": "0.9.0", "antlr4": "4.13.2", "langdetect": None,
                  "immutabledict": "4.2.0", "nltk": "3.9.1"}

@@ -5,7 +5,7 @@ import unicodedata
 import pytest
 from tokenizers import Tokenizer
 
-from entrodrop.models.qwen3 import QWEN3_SPECIAL_TOKENS, qwen3_tokenizer
+from entrodrop.models.qwen3._model_builders import QWEN3_SPECIAL_TOKENS, qwen3_tokenizer
 
 TEXTS = [
     "def f(x):\n    return x  # 2 spaces\r\n\n\n\tend",

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.recipe  # starts tune run / torchrun / a script in a subprocess
+
 REPO = Path(__file__).resolve().parent.parent
 
 

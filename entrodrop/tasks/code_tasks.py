@@ -1,4 +1,4 @@
-"""HumanEval and MBPP scored in the sandbox (``entrodrop.code_runner``), as lm-eval filters.
+"""HumanEval and MBPP scored in the sandbox (``entrodrop.eval.code_runner``), as lm-eval filters.
 
 lm-eval hands a task's custom filter every response at once: ``humaneval_sandbox`` and
 ``mbpp_sandbox`` run them all there, ``code_workers`` at a time, and replace each response with
@@ -15,7 +15,7 @@ import json
 import os
 from typing import Dict, List
 
-from entrodrop.code_runner import Limits, holds, passed, run_all, same_record
+from entrodrop.eval.code_runner import Limits, holds, passed, run_all, same_record
 
 PASS, FAIL, SKIPPED = "passed", "failed", "skipped"
 REFERENCES: Dict[str, List] = {}  # a reference job (JSON) -> its outputs

@@ -21,7 +21,9 @@ from typing import Optional
 
 import torch
 from torch import nn
-from torchtune.models.qwen2._positional_embeddings import Qwen2RotaryPositionalEmbeddings
+from torchtune.models.qwen2._positional_embeddings import (
+    Qwen2RotaryPositionalEmbeddings,
+)
 from torchtune.modules import (
     FeedForward,
     MultiHeadAttention,
@@ -30,6 +32,7 @@ from torchtune.modules import (
     TransformerDecoder,
     TransformerSelfAttentionLayer,
 )
+
 
 class HeadNormLinear(nn.Module):
     """A bias-free linear projection followed by an RMSNorm over each head.

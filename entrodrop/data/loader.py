@@ -1,7 +1,7 @@
 """The training stream: target and general samples mixed at a fixed token ratio, packed into
 rows, with each target token's cached entropy joined alongside.
 
-Everything comes from memory-mapped stores (``entrodrop.sample_store``): the target and
+Everything comes from memory-mapped stores (``entrodrop.data.sample_store``): the target and
 general token stores (recipes/tokenize_corpus.py) and the target entropy cache
 (recipes/precompute_entropy.py). Nothing is tokenized during training.
 
@@ -39,19 +39,14 @@ end of the batch (a float).
 """
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
-import torch
 from torchdata.nodes import BaseNode, Loader
-from torchtune.data import CROSS_ENTROPY_IGNORE_IDX
-from torchtune.modules.attention_utils import _SUPPORTS_FLEX_ATTENTION, packed_block_causal_mask
 
-from entrodrop.config_check import ConfigError
-from entrodrop.sample_store import KEY_FIELDS, CacheMismatchError, SampleStore, mismatches
-
-IGNORE_INDEX = CROSS_ENTROPY_IGNORE_IDX  # what torchtune's losses ignore
-TARGET, GENERAL, PADDING = 1, 0, -1
+from entrodrop.data.packing import GENERAL, TARGET, pack_rows
+from entrodrop.data.sample_store import KEY_FIELDS, SampleStore, mismatches
+from entrodrop.errors import CacheMismatchError, ConfigError
 
 
 @dataclass(frozen=True)
@@ -104,30 +99,6 @@ def plan_budget(total_tokens: int, global_batch_size: int, seq_len: int, target_
     target_epochs = target_ratio * num_steps * tokens_per_step / target_tokens
     return Budget(num_steps, tokens_per_step, target_epochs, target_tokens, general_needed, general_tokens)
 
-
-def block_causal_mask(document_ids: torch.Tensor):
-    """``[b, s]`` document ids -> torchtune's packed-sequence mask: position i may attend to j
-    iff j <= i in the same document (padding is one more document). A ``[b, s, s]`` bool tensor
-    on the ids' device; for ids on a GPU that runs flex attention, torchtune's ``BlockMask``,
-    which never materializes it. The ids' device decides, not the machine: torchtune builds its
-    ``BlockMask`` on CUDA, which a model on the CPU of a machine with a GPU cannot read.
-
-    A row's documents are runs of one id (as ``pack_rows`` lays them out), so "the same
-    document" is "the same id": the dense mask is one comparison, where torchtune's builds a
-    ``tril`` per document and joins them with ``block_diag`` (about 8% of a tiny model's CPU step
-    in a profile of the training recipe).
-
-    Example:
-        >>> block_causal_mask(torch.tensor([[0, 0, 1]]))[0].int()
-        tensor([[1, 0, 0],
-                [1, 1, 0],
-                [0, 0, 1]], dtype=torch.int32)
-    """
-    if _SUPPORTS_FLEX_ATTENTION and document_ids.is_cuda:
-        return packed_block_causal_mask([torch.unique_consecutive(row, return_counts=True)[1] for row in document_ids])
-    s = document_ids.shape[-1]
-    causal = torch.ones(s, s, dtype=torch.bool, device=document_ids.device).tril()
-    return (document_ids.unsqueeze(2) == document_ids.unsqueeze(1)) & causal
 
 
 def check_join(tokens: SampleStore, entropy: SampleStore) -> None:
@@ -293,44 +264,6 @@ class MixedPackedStream(BaseNode[Dict[str, Any]]):
         rows = self._layout()[self._rows.start : self._rows.stop]
         return {**pack_rows(rows, self._seq_len, self._fetch), "target_epoch": self.target_epoch}
 
-
-def pack_rows(rows: List[List[Tuple[int, int]]], seq_len: int,
-              fetch: Callable[[int, int], Tuple[np.ndarray, Optional[np.ndarray]]]) -> Dict[str, torch.Tensor]:
-    """Tensors of packed rows (see the module docs); ``rows[r]`` lists the (domain, sample id)
-    in row r and ``fetch`` returns a sample's token ids and entropies (None: not target)."""
-    b = len(rows)
-    tokens = np.zeros((b, seq_len), np.int64)
-    labels = np.full((b, seq_len), IGNORE_INDEX, np.int64)
-    entropy = np.full((b, seq_len), np.nan, np.float32)
-    domain = np.full((b, seq_len), PADDING, np.int8)
-    document_ids = np.full((b, seq_len), -1, np.int32)
-    sample = np.full((b, seq_len), -1, np.int64)
-    input_pos = np.tile(np.arange(seq_len), (b, 1))
-    for r, row in enumerate(rows):
-        start = 0
-        for doc, (dom, i) in enumerate(row):
-            ids, ent = fetch(dom, i)
-            end = start + len(ids)
-            tokens[r, start:end] = ids
-            labels[r, start : end - 1] = ids[1:]
-            domain[r, start:end] = dom
-            document_ids[r, start:end] = doc
-            input_pos[r, start:end] = np.arange(len(ids))
-            if dom == TARGET:
-                sample[r, start:end] = i
-            if ent is not None:
-                entropy[r, start:end] = ent
-            start = end
-        input_pos[r, start:] = np.arange(seq_len - start)
-    return {
-        "tokens": torch.from_numpy(tokens),
-        "labels": torch.from_numpy(labels),
-        "entropy": torch.from_numpy(entropy),
-        "domain": torch.from_numpy(domain),
-        "document_ids": torch.from_numpy(document_ids),
-        "input_pos": torch.from_numpy(input_pos),
-        "sample": torch.from_numpy(sample),
-    }
 
 
 def describe_budget(budget: Budget, stream: "MixedPackedStream", probe_steps: int = 100) -> str:

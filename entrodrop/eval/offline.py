@@ -1,13 +1,18 @@
-"""What ``recipes/evaluate.py`` needs beyond the training evaluation (``entrodrop.evaluation``):
+"""What ``recipes/evaluate.py`` needs beyond the training evaluation (``entrodrop.eval.evaluator``):
 lm-eval's own ``hf`` backend configured as the torchtune adapter generates, each task's size
 logged before scoring, and decisions that every rank must share."""
 
+import json
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch.distributed as dist
 from omegaconf import DictConfig
 from torchtune import utils
+
+from entrodrop.checkpointing import PROGRESS_FNAME, checkpoint_problem
+from entrodrop.errors import IncompleteCheckpointError, ScoringPathError
+from entrodrop.eval.records import already_scored, read_evaluations
 
 log = utils.get_logger("INFO")
 
@@ -100,3 +105,61 @@ def hf_lm(checkpoint: Path, device: str, dtype: str, lm_eval_cfg: DictConfig):
     return ConfiguredHFLM(ev.max_gen_toks, ev.generation_batch_size or ev.batch_size, pretrained=str(checkpoint),
                           device=device, dtype=dtype, batch_size=ev.batch_size, max_length=ev.max_seq_len,
                           enable_thinking=ev.enable_thinking)
+
+
+
+def scorable_checkpoints(path: str) -> List[Path]:
+    """The checkpoints an offline evaluation scores: ``path`` itself when it is a Hugging Face
+    directory (it holds config.json), else its ``step_<N>`` directories, oldest first, whether
+    whole or pruned to their weights. Saves are atomic, so an incomplete ``step_<N>`` was made
+    by hand (a partial copy): every one is named in one error, before anything is scored.
+
+    Raises:
+        ScoringPathError: ``path`` does not exist, or holds neither config.json nor ``step_<N>``.
+        IncompleteCheckpointError: some ``step_<N>`` lacks config.json or a weight file.
+    """
+    root = Path(path)
+    if not root.is_dir():
+        raise ScoringPathError(f"checkpoints={path} does not exist")
+    if (root / "config.json").is_file():
+        found = [root]
+    else:
+        found = sorted((p for p in root.glob("step_*") if p.is_dir() and p.name[5:].isdigit()),
+                       key=lambda p: int(p.name[5:]))
+        if not found:
+            raise ScoringPathError(f"checkpoints={path} holds neither a Hugging Face checkpoint (config.json) "
+                                   "nor step_<N> checkpoints of a run")
+    broken = [f"{p}: {why}" for p in found for why in [checkpoint_problem(p)] if why]
+    if broken:
+        raise IncompleteCheckpointError(
+            f"checkpoints={path}: {len(broken)} incomplete checkpoint{'s' * (len(broken) > 1)}, so nothing was "
+            "scored:\n  " + "\n  ".join(broken) + "\nMove them out of the way (or point checkpoints at one "
+            "complete checkpoint directory) and run again")
+    return found
+
+
+def checkpoint_progress(checkpoint: Path) -> Dict[str, Any]:
+    """``{"step": N, "target_epoch": x}`` where a run saved ``checkpoint`` (its progress.json);
+    the step from its name alone for older checkpoints, and Nones outside a run."""
+    saved = checkpoint / PROGRESS_FNAME
+    if saved.is_file():
+        return json.loads(saved.read_text())
+    name = checkpoint.name
+    return {"step": int(name[5:]) if name.startswith("step_") and name[5:].isdigit() else None, "target_epoch": None}
+
+
+def checkpoints_to_score(path: str, eval_dir: str, tasks: List[str], limit: Optional[int], validation: bool,
+                         backend: str, max_gen_toks: Optional[int],
+                         scoring: Optional[Dict] = None) -> Tuple[List[Path], List[Path]]:
+    """``(found, to score)``: ``scorable_checkpoints(path)``, and those of them without a record of
+    this evaluation in ``eval_dir/evals.jsonl`` (``already_scored``), oldest first.
+
+    What it reads changes while a run trains (a new ``step_<N>``, a new record), so processes that
+    share an evaluation call it once (rank 0) and pass the answer on: each calling it would let
+    them disagree on what to score, and run mismatched collectives.
+    """
+    found = scorable_checkpoints(path)
+    records = read_evaluations(eval_dir)
+    todo = [c for c in found
+            if not already_scored(records, str(c), tasks, limit, validation, backend, max_gen_toks, scoring)]
+    return found, todo

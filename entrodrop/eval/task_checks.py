@@ -6,10 +6,13 @@ model has loaded (an 8B model's weights, on every rank). Both are read here from
 in lm-eval's index, with its includes merged, so a wrong name fails at start-up.
 """
 
+import os
 from importlib.metadata import PackageNotFoundError, version
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Dict, List, Optional
+
+from entrodrop.errors import raise_problems
 
 # lm-eval's metrics by output type, when a task's YAML lists none (lm-eval's own defaults).
 DEFAULT_METRICS = {
@@ -114,3 +117,95 @@ def members(task_manager, name: str, depth: int = 8) -> list:
             if isinstance(named, str):
                 found += members(task_manager, named, depth - 1)
     return found
+
+
+TASKS_DIR = Path(__file__).resolve().parents[1] / "tasks"
+
+
+# The sandboxed tasks in TASKS_DIR, for lm-eval's code tasks.
+SANDBOXED = "humaneval_sandbox, mbpp_sandbox, livecodebench_v1 (or humaneval_pass1 offline)"
+
+
+def runs_model_code(task_manager, spec, depth: int = 8) -> bool:
+    """Whether lm-eval task or group ``spec`` (a name, or a group's inline member) runs a task
+    marked ``unsafe_code``. lm-eval's index holds each YAML with its includes merged."""
+    if isinstance(spec, str):
+        entry = task_manager.task_index.get(spec)
+        config = (entry.cfg if entry else None) or {}
+    else:
+        config = spec
+    if config.get("unsafe_code"):
+        return True
+    if depth == 0 or not isinstance(config, dict):
+        return False
+    if "group" not in config:
+        # A task. A group's inline member may name the registered task it adjusts.
+        named = spec.get("task") if isinstance(spec, dict) else None
+        return isinstance(named, str) and runs_model_code(task_manager, named, depth - 1)
+    members = config.get("task", [])
+    return any(runs_model_code(task_manager, m, depth - 1) for m in (members if isinstance(members, list) else [members]))
+
+
+def sandboxed(config: Dict) -> bool:
+    """Whether a task (an lm-eval config, includes merged) runs no code or scores in the sandbox:
+    its results come from ``entrodrop/tasks/code_tasks.py``, whose filters run the programs."""
+    return (not config.get("unsafe_code") or "group" in config
+            or str(config.get("process_results", "")).startswith(str(TASKS_DIR / "code_tasks.")))
+
+
+def check_tasks(task_groups: Dict[str, List[str]], target_group: str, task_manager,
+                allow_code_execution: bool, metrics: Dict[str, str]) -> List[str]:
+    """Every problem with the configured lm-eval tasks, as ``"key=value: why"`` lines, so a run
+    fails at start-up rather than at its first evaluation: unknown names, tags, the target group,
+    code execution, each task's metric (``check_metrics``) and the packages its scoring imports
+    (``check_packages``)."""
+    if not any(task_groups.values()):
+        return []
+    known = set(task_manager.all_tasks)
+    problems = [f"evaluation.lm_eval.tasks.{group}: {name!r} is not an lm-eval task (nor in the include_path)"
+                for group, names in task_groups.items() for name in names if name not in known]
+    # A tag's tasks report under their own names, so its group average would find nothing.
+    problems += [f"evaluation.lm_eval.tasks.{group}: {name!r} is an lm-eval tag; list its tasks instead"
+                 for group, names in task_groups.items() for name in names
+                 if name in known and task_manager.task_index[name].kind.name == "TAG"]
+    if target_group not in task_groups:
+        problems.append(f"evaluation.lm_eval.target_group={target_group!r} is not one of the groups {list(task_groups)}")
+    unsafe = [name for names in task_groups.values() for name in names
+              if name in known and runs_model_code(task_manager, name)]
+    if unsafe and not allow_code_execution:
+        problems.append(f"evaluation.lm_eval.allow_code_execution=False, but {unsafe} execute model-written code: "
+                        "set it to True or remove them")
+    # Code runs only in the project's sandbox (entrodrop.eval.code_runner), which its own tasks use.
+    outside = [name for name in unsafe if not all(sandboxed(e.cfg or {}) for e in members(task_manager, name))]
+    if outside:
+        problems.append(f"evaluation.lm_eval.tasks: {outside} run model-written code outside the sandbox (lm-eval's "
+                        f"own runner forks the process that holds the model, unguarded): use {SANDBOXED} instead")
+    fine = {group: [t for t in tasks if t in known and task_manager.task_index[t].kind.name != "TAG"]
+            for group, tasks in task_groups.items()}
+    problems += check_metrics(fine, metrics, task_manager)
+    return problems + check_packages(task_manager, [t for tasks in fine.values() for t in tasks])
+
+
+def task_index(lm_eval_cfg):
+    """lm-eval's ``TaskManager`` once every configured task checks out (``check_tasks``; one
+    ``ConfigError`` lists the problems), or None when no task is set: indexing lm-eval's tasks
+    takes ~10 s, which a run without tasks does not pay. ``lm_eval_cfg``: the config's
+    ``evaluation.lm_eval``."""
+    ev = lm_eval_cfg
+    task_groups = {group: list(tasks) for group, tasks in ev.tasks.items()}
+    if not any(task_groups.values()):
+        return None
+    from lm_eval.tasks import TaskManager
+
+    task_manager = TaskManager(include_path=ev.include_path)
+    raise_problems(check_tasks(task_groups, ev.target_group, task_manager, ev.allow_code_execution, dict(ev.metrics)),
+                   "lm-eval task")
+    return task_manager
+
+
+def allow_code(lm_eval_cfg) -> None:
+    """What lm-eval's code tasks and the sandboxed ones read from the environment: whether code
+    may run (``allow_code_execution``) and how many programs at once (``code_workers``)."""
+    if lm_eval_cfg.allow_code_execution:
+        os.environ["HF_ALLOW_CODE_EVAL"] = "1"
+    os.environ["ENTRODROP_CODE_WORKERS"] = str(lm_eval_cfg.code_workers)

@@ -10,62 +10,17 @@ Samples reach the model in one of two layouts, with the same entropies (to round
   attention; batches of similar lengths waste little, but every batch has its own shape;
 - packed (``packed_sample_entropies``): whole samples laid end to end in rows of a fixed
   length with a block-causal mask and per-document positions, as training packs them
-  (``entrodrop.loader.pack_rows``), so every batch has one shape and almost no padding.
+  (``entrodrop.data.loader.pack_rows``), so every batch has one shape and almost no padding.
 """
 
 import bisect
 from typing import Callable, List, Optional, Sequence
 
 import torch
-from torchtune.modules import TiedLinear, TransformerDecoder
-from torchtune.modules.attention_utils import _MaskType
+from torchtune.modules import TransformerDecoder
 
-from entrodrop.loader import IGNORE_INDEX, TARGET, block_causal_mask, pack_rows
-
-
-def output_weight(model: TransformerDecoder) -> torch.Tensor:
-    """The ``[vocab, dim]`` matrix of the output projection; the token embedding if tied."""
-    if isinstance(model.output, TiedLinear):
-        return model.output.tied_module.weight
-    return model.output.weight
-
-
-def final_hidden_states(model: TransformerDecoder, tokens: torch.Tensor, mask: Optional[_MaskType] = None,
-                        input_pos: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """``[b, s] -> [b, s, dim]``: the normed last hidden states, before the output projection.
-
-    ``TransformerDecoder.forward`` would project every position to the full vocabulary at
-    once, so we run its parts and stop before the output layer. Right padding needs no
-    mask: attention is causal, so padding never reaches the positions before it. Packed
-    rows pass ``block_causal_mask`` and each token's position in its document.
-    """
-    h = model.tok_embeddings(tokens)
-    for layer in model.layers:
-        h = layer(h, mask=mask, input_pos=input_pos)
-    return model.norm(h)
-
-
-def fp32_logits(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """``[n, dim] @ [vocab, dim].T`` in fp32, whatever the inputs' dtype: accumulated in fp32 and
-    never rounded to bf16 on the way.
-
-    ``(h @ w.T).float()`` rounds each bf16 logit to 8 bits of mantissa before the upcast: a
-    logit of 20 moves by up to 0.06, and on an LM's peaked predictions the entropy by up to
-    0.08 nats. On CUDA the matmul writes its fp32 accumulator as it is (``out_dtype``); on the
-    CPU, which has no such kernel, the operands are upcast first.
-
-    Example:
-        >>> h, w = torch.randn(2, 8).bfloat16(), torch.randn(5, 8).bfloat16()
-        >>> fp32_logits(h, w).dtype
-        torch.float32
-        >>> torch.allclose(fp32_logits(h, w), h.float() @ w.float().T)
-        True
-    """
-    if hidden.dtype == torch.float32 or hidden.dtype == torch.float64:
-        return (hidden @ weight.T).float()
-    if hidden.is_cuda:
-        return torch.mm(hidden, weight.T, out_dtype=torch.float32)
-    return hidden.float() @ weight.float().T
+from entrodrop.data.packing import IGNORE_INDEX, TARGET, block_causal_mask, pack_rows
+from entrodrop.models.head import fp32_logits, layerwise_hidden_states, output_weight
 
 
 def entropy_from_hidden(
@@ -138,7 +93,7 @@ def sample_entropies(
     lengths = torch.tensor([len(s) for s in samples])
     # Pad with token 0: causal attention keeps padding out of every real position.
     tokens = torch.nn.utils.rnn.pad_sequence([s.long() for s in samples], batch_first=True, padding_value=0)
-    hidden = final_hidden_states(model, tokens.to(device))
+    hidden = layerwise_hidden_states(model, tokens.to(device))
     # Position t - 1 predicts token t: keep positions 0 .. L_i - 2 of each sample.
     predicts = torch.arange(tokens.shape[1]) < (lengths - 1).unsqueeze(1)
     flat = entropy_from_hidden(hidden[predicts.to(device)], output_weight(model), chunk_size, vocab_chunk_size).cpu()
@@ -219,7 +174,7 @@ def packed_sample_entropies(
     # pack_len - 1 in an empty row, past the rotary cache of a model whose max_seq_len is
     # shorter. Padding is read by nothing, so position 0 serves.
     input_pos = batch["input_pos"].masked_fill(batch["document_ids"] < 0, 0).to(device)
-    hidden = final_hidden_states(model, batch["tokens"].to(device), block_causal_mask(document_ids), input_pos)
+    hidden = layerwise_hidden_states(model, batch["tokens"].to(device), block_causal_mask(document_ids), input_pos)
     # A position predicts the next token of its own sample exactly where it has a label.
     predicts = (batch["labels"] != IGNORE_INDEX).to(device)
     entropies = entropy_from_hidden(hidden[predicts], output_weight(model), chunk_size, vocab_chunk_size).cpu()

@@ -11,7 +11,9 @@ held: the share checkpointed sets it, hardly which layers they are.
 import math
 
 from torch import nn
-from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+    apply_activation_checkpointing,
+)
 
 
 def num_checkpointed_layers(num_layers: int, share: float) -> int:

@@ -17,14 +17,17 @@ import re
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
+from omegaconf import DictConfig, OmegaConf
 
-from entrodrop.checkpointing import PROGRESS_FNAME, RECIPE_STATE_FNAME, find_weight_files, latest_checkpoint
-from entrodrop.config_check import ConfigError, differences
-from entrodrop.errors import EntroDropError
-from entrodrop.evaluation import already_scored, read_evaluations
+from entrodrop.checkpointing import (
+    RECIPE_STATE_FNAME,
+    checkpoint_problem,
+    latest_checkpoint,
+)
+from entrodrop.errors import ConfigError, NoCheckpointError, OutputDirError
 
 # Files a logger writes before the first step: torchtune's copy of the config (written by
 # log_config at set-up, and rewritten by every run). A run that failed before its first step
@@ -37,21 +40,6 @@ _NOT_A_LOGGED_STEP = ("torchtune_config.yaml",)
 # .step_<N>.deleting  a checkpoint prune_checkpoints was deleting.
 _KILLED_SAVE = re.compile(r"\.(step_\d+)\.(tmp-.*|old|deleting)")
 
-
-class OutputDirError(EntroDropError, FileExistsError):
-    """``output_dir`` holds an earlier run that this one would mix with; the message says the ways out."""
-
-
-class NoCheckpointError(EntroDropError, FileNotFoundError):
-    """``resume=True``, but there is no whole checkpoint to resume; the message says what to do instead."""
-
-
-class ScoringPathError(EntroDropError, FileNotFoundError):
-    """An offline evaluation's ``checkpoints`` path that does not exist, or holds no checkpoint."""
-
-
-class IncompleteCheckpointError(EntroDropError, ValueError):
-    """An offline evaluation's ``step_<N>`` that lacks its config.json or a weight file."""
 
 
 def _steps(checkpoint_dir: Path) -> List[Path]:
@@ -186,7 +174,7 @@ def _restorable(path: Path) -> bool:
     file (``_replace_dir`` deletes it file by file once the new ``step_<N>`` is in place)."""
     match = _KILLED_SAVE.fullmatch(path.name)
     return (match is not None and match.group(2) == "old" and not (path.parent / match.group(1)).exists()
-            and (path / RECIPE_STATE_FNAME).is_file() and _incomplete(path) is None)
+            and (path / RECIPE_STATE_FNAME).is_file() and checkpoint_problem(path) is None)
 
 
 def resumable(checkpoint_dir: str) -> bool:
@@ -234,7 +222,7 @@ def move_aside(output_dir: str, paths: Sequence[str]) -> List[Path]:
 
 def best_checkpoint(eval_dir: str) -> Optional[str]:
     """The name (``step_<N>``) of the best checkpoint in ``summary.json``
-    (``entrodrop.evaluation.record_evaluation``), or None. By name, so a run directory that
+    (``entrodrop.eval.evaluator.record_evaluation``), or None. By name, so a run directory that
     was moved keeps its best checkpoint."""
     summary = Path(eval_dir) / "summary.json"
     if not summary.exists():
@@ -271,69 +259,31 @@ def prune_checkpoints(checkpoint_dir: str, keep_last_n: Optional[int], keep: Opt
     return pruned
 
 
-def _incomplete(checkpoint: Path) -> Optional[str]:
-    """Why ``checkpoint`` cannot be loaded (no config.json, a weight file missing), or None."""
-    if not (checkpoint / "config.json").is_file():
-        return "no config.json"
-    try:
-        missing = [f for f in find_weight_files(checkpoint) if not (checkpoint / f).is_file()]
-    except FileNotFoundError:
-        return "no weight file (model.safetensors or an index)"
-    return f"weight files missing: {missing}" if missing else None
+def differences(saved: Mapping[str, Any], current: Mapping[str, Any], may_change: Sequence[str],
+                prefix: str = "", added: Optional[Mapping[str, Any]] = None) -> List[str]:
+    """Keys whose values differ between two plain config dicts, except those under
+    ``may_change`` (dotted keys); as ``"key: checkpoint has A, now B"`` lines. ``added`` maps a
+    key that configs gained later to the value a saved config without it ran with.
 
-
-def scorable_checkpoints(path: str) -> List[Path]:
-    """The checkpoints an offline evaluation scores: ``path`` itself when it is a Hugging Face
-    directory (it holds config.json), else its ``step_<N>`` directories, oldest first, whether
-    whole or pruned to their weights. Saves are atomic, so an incomplete ``step_<N>`` was made
-    by hand (a partial copy): every one is named in one error, before anything is scored.
-
-    Raises:
-        ScoringPathError: ``path`` does not exist, or holds neither config.json nor ``step_<N>``.
-        IncompleteCheckpointError: some ``step_<N>`` lacks config.json or a weight file.
+    Example:
+        >>> differences({"a": 1, "b": {"c": 2}, "log": 1}, {"a": 1, "b": {"c": 3}, "log": 5}, ["log"])
+        ['b.c: checkpoint has 2, now 3']
+        >>> differences({"a": 1}, {"a": 1, "new": "x"}, [], added={"new": "x"})
+        []
     """
-    root = Path(path)
-    if not root.is_dir():
-        raise ScoringPathError(f"checkpoints={path} does not exist")
-    if (root / "config.json").is_file():
-        found = [root]
-    else:
-        found = sorted((p for p in root.glob("step_*") if p.is_dir() and p.name[5:].isdigit()),
-                       key=lambda p: int(p.name[5:]))
-        if not found:
-            raise ScoringPathError(f"checkpoints={path} holds neither a Hugging Face checkpoint (config.json) "
-                                   "nor step_<N> checkpoints of a run")
-    broken = [f"{p}: {why}" for p in found for why in [_incomplete(p)] if why]
-    if broken:
-        raise IncompleteCheckpointError(
-            f"checkpoints={path}: {len(broken)} incomplete checkpoint{'s' * (len(broken) > 1)}, so nothing was "
-            "scored:\n  " + "\n  ".join(broken) + "\nMove them out of the way (or point checkpoints at one "
-            "complete checkpoint directory) and run again")
-    return found
+    lines, added = [], added or {}
+    for key in sorted(set(saved) | set(current), key=str):
+        path = f"{prefix}{key}"
+        if path in may_change:
+            continue
+        old, new = saved.get(key, added.get(path, "<absent>")), current.get(key, "<absent>")
+        if isinstance(old, Mapping) and isinstance(new, Mapping):
+            lines += differences(old, new, may_change, f"{path}.", added)
+        elif old != new:
+            lines.append(f"{path}: checkpoint has {old}, now {new}")
+    return lines
 
 
-def checkpoint_progress(checkpoint: Path) -> Dict[str, Any]:
-    """``{"step": N, "target_epoch": x}`` where a run saved ``checkpoint`` (its progress.json);
-    the step from its name alone for older checkpoints, and Nones outside a run."""
-    saved = checkpoint / PROGRESS_FNAME
-    if saved.is_file():
-        return json.loads(saved.read_text())
-    name = checkpoint.name
-    return {"step": int(name[5:]) if name.startswith("step_") and name[5:].isdigit() else None, "target_epoch": None}
-
-
-def checkpoints_to_score(path: str, eval_dir: str, tasks: List[str], limit: Optional[int], validation: bool,
-                         backend: str, max_gen_toks: Optional[int],
-                         scoring: Optional[Dict] = None) -> Tuple[List[Path], List[Path]]:
-    """``(found, to score)``: ``scorable_checkpoints(path)``, and those of them without a record of
-    this evaluation in ``eval_dir/evals.jsonl`` (``already_scored``), oldest first.
-
-    What it reads changes while a run trains (a new ``step_<N>``, a new record), so processes that
-    share an evaluation call it once (rank 0) and pass the answer on: each calling it would let
-    them disagree on what to score, and run mismatched collectives.
-    """
-    found = scorable_checkpoints(path)
-    records = read_evaluations(eval_dir)
-    todo = [c for c in found
-            if not already_scored(records, str(c), tasks, limit, validation, backend, max_gen_toks, scoring)]
-    return found, todo
+def plain(cfg: DictConfig) -> Dict[str, Any]:
+    """The config as plain, resolved Python values (what checkpoints keep)."""
+    return OmegaConf.to_container(cfg, resolve=True)

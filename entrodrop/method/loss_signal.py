@@ -5,7 +5,7 @@ training; its Limitations section proposes the training loss as a live signal in
 a target token's signal is its own next-token cross-entropy the last time the model trained
 on it - the loss of predicting x_t from the tokens before it, the alignment of H(x_t). Before
 a sample's first visit the signal is its cached entropy, so the first epoch gates exactly as
-``signal: entropy`` does. The gate itself is unchanged (``entrodrop.method.entropy_gate``).
+``signal: entropy`` does. The gate itself is unchanged (``entrodrop.method.dropout.entropy_gate``).
 
 The store (``LossSignal``) holds one fp16 value per target token, laid out like the entropy
 cache (sample after sample; a sample's first token, which nothing predicts, stays NaN), on
@@ -38,10 +38,10 @@ import torch.nn.functional as F
 from scipy.stats import spearmanr
 from torchtune.modules.loss import CEWithChunkedOutputLoss
 
-from entrodrop.config_check import ConfigError
+from entrodrop.data.sample_store import SampleStore
+from entrodrop.errors import ConfigError
 from entrodrop.loss import LinearCrossEntropy
-from entrodrop.method import entropy_gate
-from entrodrop.sample_store import SampleStore
+from entrodrop.method.dropout import entropy_gate
 
 LossWithTokens = Callable[[object, torch.Tensor], Tuple[torch.Tensor, torch.Tensor]]
 

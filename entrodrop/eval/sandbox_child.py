@@ -1,4 +1,4 @@
-"""The child of ``entrodrop.code_runner``: locks itself down, runs one model-written program on
+"""The child of ``entrodrop.eval.code_runner``: locks itself down, runs one model-written program on
 its tests' inputs, and reports the raw outputs. It never sees an expected output, so it has no
 verdict to forge: the parent, which the program never touches, compares.
 

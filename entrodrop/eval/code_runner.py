@@ -134,7 +134,7 @@ def same_value(a, b) -> bool:
     not a list.
 
     Example:
-        >>> from entrodrop.sandbox_child import encode
+        >>> from entrodrop.eval.sandbox_child import encode
         >>> same_value(encode([1, 2.0]), encode([1.0, 2])), same_value(encode(True), encode(1))
         (True, False)
     """

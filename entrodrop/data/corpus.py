@@ -17,12 +17,7 @@ from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from entrodrop.errors import EntroDropError
-
-
-class CorpusError(EntroDropError, ValueError):
-    """A corpus file that cannot be read as JSON lines with a text field."""
-
+from entrodrop.errors import CorpusError
 
 BOM = b"\xef\xbb\xbf"
 JSON_WHITESPACE = " \t\r\n"

@@ -27,12 +27,15 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from lm_eval.api.model import TemplateLM
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
-from torchtune.generation import get_causal_mask_from_padding_mask, get_position_ids_from_padding_mask
 from torchtune import utils
+from torchtune.generation import (
+    get_causal_mask_from_padding_mask,
+    get_position_ids_from_padding_mask,
+)
 from torchtune.modules.common_utils import delete_kv_caches
 from tqdm import tqdm
 
-from entrodrop.config_check import ConfigError
+from entrodrop.errors import ConfigError
 
 log = utils.get_logger("INFO")
 

@@ -1,7 +1,7 @@
 """Corpora from ``datasets.load_dataset`` sources: which rows, rendered how, in what order.
 
 A corpus entry of recipes/tokenize_corpus.py names a JSON-lines file (``path``,
-``text_field``: ``entrodrop.corpus``) or a source that ``datasets.load_dataset`` reads, with
+``text_field``: ``entrodrop.data.corpus``) or a source that ``datasets.load_dataset`` reads, with
 torchtune's ``text_completion_dataset`` key names: ``source`` (a hub name, or a local builder
 ``json``, ``parquet``, ``arrow``, ``text`` with ``data_files``), ``name``, ``split``,
 ``data_files``, ``revision``, ``streaming``. Local files go through the same code as the hub.
@@ -37,13 +37,24 @@ import string
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
 
 import numpy as np
 
-from entrodrop.corpus import CorpusError, read_corpus
-from entrodrop.errors import EntroDropError
-from entrodrop.sample_store import fingerprint_file
+from entrodrop.data.corpus import read_corpus
+from entrodrop.data.sample_store import fingerprint_file
+from entrodrop.errors import CorpusError, SourceError
 
 STYLES = {"openai": ("role", "content"), "sharegpt": ("from", "value")}
 # sharegpt speakers -> torchtune's message roles (torchtune's ShareGPTToMessages reads the same)
@@ -52,9 +63,6 @@ LOCAL_BUILDERS = ("json", "parquet", "arrow", "text", "csv")
 SHUFFLE_BUFFER = 10_000  # rows in datasets' buffered shuffle of a streamed source
 Rendered = Union[str, List[Tuple[str, str]]]  # a text, or (role, text) turns for the chat template
 
-
-class SourceError(EntroDropError, ValueError):
-    """A source that cannot be read, or rows that cannot become samples; names the corpus."""
 
 
 # ---------------------------------------------------------------------------- rendering
@@ -312,7 +320,7 @@ class StorePlan:
     name: str
     store_dir: str
     blocks: Callable[[int], Iterator[Callable[[], List[Rendered]]]]
-    long_samples: str  # entrodrop.corpus.sample_pieces: split | truncate
+    long_samples: str  # entrodrop.data.corpus.sample_pieces: split | truncate
     max_tokens: Optional[int]
     max_samples: Optional[int]
     description: Dict[str, Any]  # what the manifest records: source, revision, selection, rendering

@@ -27,12 +27,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from entrodrop.loader import TARGET
+from entrodrop.data.packing import TARGET
 
 TARGETING = ("low", "high", "random")
 SCHEDULES = ("sigmoid", "static", "none")
 # What the gate ranks: the cached base-model entropy (the paper), or the live training loss
-# (entrodrop.loss_signal, the paper's future work).
+# (entrodrop.method.loss_signal, the paper's future work).
 SIGNALS = ("entropy", "loss")
 AUTO = "auto"  # token_dropout.midpoint: auto (see auto_midpoint)
 # What a midpoint: auto run that ended before auto_midpoint fired did (its last log line, summary.json).

@@ -1,4 +1,4 @@
-"""The keys each recipe reads, for ``entrodrop.config_check.check_config``.
+"""The keys each recipe reads, for ``entrodrop.config.check.check_config``.
 
 A recipe checks its whole config against its schema first, so every mistake is reported in
 one error in about the time it takes to import the recipe. A copied recipe that reads a new
@@ -17,7 +17,7 @@ from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
-from entrodrop.config_check import (
+from entrodrop.config.check import (
     Component,
     boolean,
     check_config,
@@ -29,12 +29,12 @@ from entrodrop.config_check import (
     one_of,
     optional,
     positive_number,
-    raise_problems,
     string,
 )
-from entrodrop.corpus import LONG_SAMPLES
-from entrodrop.method import AUTO, SCHEDULES, SIGNALS, TARGETING
-from entrodrop.sources import LOCAL_BUILDERS, STYLES, template_fields
+from entrodrop.data.corpus import LONG_SAMPLES
+from entrodrop.data.sources import LOCAL_BUILDERS, STYLES, template_fields
+from entrodrop.errors import raise_problems
+from entrodrop.method.dropout import AUTO, SCHEDULES, SIGNALS, TARGETING
 
 Rule = Tuple[Sequence[str], Callable[[DictConfig], List[str]]]  # (keys it reads, cfg -> problems)
 
@@ -44,7 +44,7 @@ DTYPES = ("fp32", "bf16", "fp16")
 MIDPOINT_UNITS = ("steps", "epochs")
 
 def midpoint_or_auto(value) -> Optional[str]:
-    """A number >= 0, or ``auto`` (j0 found in training: ``entrodrop.method.auto_midpoint``)."""
+    """A number >= 0, or ``auto`` (j0 found in training: ``entrodrop.method.dropout.auto_midpoint``)."""
     why = None if value == AUTO else number_in(0, float("inf"))(value)
     return why and f"{why}, or {AUTO}"
 
@@ -75,7 +75,7 @@ LM_EVAL = {
     "max_seq_len": integer(minimum=1),
     "max_gen_toks": integer(minimum=1),
     "allow_code_execution": boolean(),
-    # generated programs run at once, each in its own sandbox (entrodrop.code_runner)
+    # generated programs run at once, each in its own sandbox (entrodrop.eval.code_runner)
     "code_workers": integer(minimum=1),
 }
 
@@ -99,7 +99,7 @@ TRAINING = {
     "token_dropout": {
         "targeting": one_of(*TARGETING),
         # entropy: rank by the cached base-model entropy (the paper); loss: by each token's own
-        # training loss at its last visit (entrodrop.loss_signal), its entropy before the first.
+        # training loss at its last visit (entrodrop.method.loss_signal), its entropy before the first.
         "signal": one_of(*SIGNALS),
         "gate_percentile": number_in(0, 1, low_open=True),
         "schedule": one_of(*SCHEDULES),
@@ -118,7 +118,7 @@ TRAINING = {
     "clip_grad_norm": positive_number(),
     "loss": Component(),
     # The share of the decoder's layers, from the bottom, whose activations are recomputed in
-    # backward (entrodrop.activations): 0 none, 1 all.
+    # backward (entrodrop.train.activations): 0 none, 1 all.
     "activation_checkpointing_share": number_in(0, 1),
     "compile": boolean(),
     "tokenizer": Component(),
@@ -382,7 +382,7 @@ EVALUATE_RULES: List[Rule] = [
     (["tokenizer", "backend", "evaluation.lm_eval"], _evaluate_files),
 ]
 
-# A corpus entry of recipes/tokenize_corpus.py (entrodrop.sources): a JSON-lines file ...
+# A corpus entry of recipes/tokenize_corpus.py (entrodrop.data.sources): a JSON-lines file ...
 JSONL_CORPUS = {"path": string(), "text_field": string(), "store_dir": string()}
 # ... or a datasets.load_dataset source, with torchtune's key names where it has them.
 SOURCE_CORPUS = {
@@ -466,7 +466,7 @@ PRECOMPUTE = {
     "cache_dir": string(),
     **MODEL,
     "target_tokens": TOKEN_STORE,
-    # Samples (pack_len null) or rows of pack_len tokens (entrodrop.entropy.shard_entropies) a batch.
+    # Samples (pack_len null) or rows of pack_len tokens (entrodrop.method.entropy.shard_entropies) a batch.
     "batch_size": integer(minimum=1),
     "pack_len": optional(integer(minimum=1)),
     "compile": boolean(),

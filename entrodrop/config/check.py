@@ -21,17 +21,12 @@ import difflib
 import inspect
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, List, Mapping, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-from entrodrop.errors import EntroDropError
-
 Check = Callable[[Any], Optional[str]]  # value -> why it is invalid, or None
 
-
-class ConfigError(EntroDropError, ValueError):
-    """A config with missing, unknown or invalid keys; the message lists all of them."""
 
 
 # ---------------------------------------------------------------------------- value checks
@@ -136,7 +131,9 @@ def _closest(name: str, known: Sequence[str]) -> str:
 
 
 def _component_problems(node: Any, spec: Component, path: str) -> List[str]:
-    from torchtune.config._utils import _get_component_from_path  # what config.instantiate uses
+    from torchtune.config._utils import (
+        _get_component_from_path,  # what config.instantiate uses
+    )
 
     if not isinstance(node, Mapping) or "_component_" not in node:
         return [f"{path}: must be a node with a _component_"]
@@ -204,38 +201,5 @@ def check_config(cfg: DictConfig, schema: Mapping[str, Any], prefix: str = "",
     return problems
 
 
-def raise_problems(problems: List[str], what: str) -> None:
-    """One ``ConfigError`` that lists every problem, or nothing."""
-    if problems:
-        count = f"{len(problems)} problem{'s' * (len(problems) > 1)}"
-        raise ConfigError(f"invalid {what} config ({count}):\n  " + "\n  ".join(problems))
 
 
-def differences(saved: Mapping[str, Any], current: Mapping[str, Any], may_change: Sequence[str],
-                prefix: str = "", added: Optional[Mapping[str, Any]] = None) -> List[str]:
-    """Keys whose values differ between two plain config dicts, except those under
-    ``may_change`` (dotted keys); as ``"key: checkpoint has A, now B"`` lines. ``added`` maps a
-    key that configs gained later to the value a saved config without it ran with.
-
-    Example:
-        >>> differences({"a": 1, "b": {"c": 2}, "log": 1}, {"a": 1, "b": {"c": 3}, "log": 5}, ["log"])
-        ['b.c: checkpoint has 2, now 3']
-        >>> differences({"a": 1}, {"a": 1, "new": "x"}, [], added={"new": "x"})
-        []
-    """
-    lines, added = [], added or {}
-    for key in sorted(set(saved) | set(current), key=str):
-        path = f"{prefix}{key}"
-        if path in may_change:
-            continue
-        old, new = saved.get(key, added.get(path, "<absent>")), current.get(key, "<absent>")
-        if isinstance(old, Mapping) and isinstance(new, Mapping):
-            lines += differences(old, new, may_change, f"{path}.", added)
-        elif old != new:
-            lines.append(f"{path}: checkpoint has {old}, now {new}")
-    return lines
-
-
-def plain(cfg: DictConfig) -> Dict[str, Any]:
-    """The config as plain, resolved Python values (what checkpoints keep)."""
-    return OmegaConf.to_container(cfg, resolve=True)

@@ -32,8 +32,8 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
 
-from entrodrop.corpus import token_hash, token_hashes
-from entrodrop.errors import EntroDropError
+from entrodrop.data.corpus import token_hash, token_hashes
+from entrodrop.errors import CacheMismatchError
 from entrodrop.temp_paths import temp_dir
 
 STORE_VERSION = 1
@@ -51,9 +51,6 @@ _MAX_OPEN_FILES = 64
 _HASH_BLOCK_TOKENS = 1 << 20  # read while hashing a shard: 4 MiB of int32, 8 MiB as int64
 _MAX_SHARDS_NAMED = 5
 
-
-class CacheMismatchError(EntroDropError, ValueError):
-    """A store that was not computed from the model, tokenizer, corpus or length in use."""
 
 
 # ---------------------------------------------------------------------------- fingerprints
@@ -100,7 +97,7 @@ def fingerprint_tokenizer(tokenizer_cfg: Dict[str, Any]) -> str:
 
 
 def store_key(tokenizer_cfg: Dict[str, Any], source: Dict[str, Any], max_seq_len: int) -> Dict[str, Any]:
-    """The key of a token store written from ``source`` (``entrodrop.sources``: where the rows
+    """The key of a token store written from ``source`` (``entrodrop.data.sources``: where the rows
     come from, the data's fingerprint, their selection, rendering and long-sample rule)."""
     return {"model": None, "tokenizer": fingerprint_tokenizer(tokenizer_cfg),
             "corpus": _sha([json.dumps(source, sort_keys=True, default=str).encode()]), "max_seq_len": max_seq_len}
@@ -214,7 +211,7 @@ class SampleStoreWriter:
         kind (str): ``entropy`` or ``tokens``.
         key (Dict[str, Any]): ``model``, ``tokenizer``, ``corpus`` fingerprints and ``max_seq_len``.
         source (Dict[str, Any]): for a token store, what it was written from, in words
-            (``entrodrop.sources``); recorded in the manifest, named when a store differs.
+            (``entrodrop.data.sources``); recorded in the manifest, named when a store differs.
         num_samples (int): samples in the corpus.
         samples_per_shard (int): samples in each shard.
         create (bool): write the manifest (one process does; the others pass False and

@@ -1,4 +1,4 @@
-"""A token store written from a ``StorePlan`` (``entrodrop.sources``), by one process or N.
+"""A token store written from a ``StorePlan`` (``entrodrop.data.sources``), by one process or N.
 
 The plan's rows, in their order, are cut into blocks of ``samples_per_shard`` rows. Process p
 of N tokenizes blocks p, p + N, ... into part files (``<store_dir>/.parts-<key>/``); after each
@@ -25,9 +25,10 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
-from entrodrop.corpus import sample_pieces
-from entrodrop.sample_store import SampleStoreWriter, sample_table, store_complete
-from entrodrop.sources import SourceError, StorePlan, rows_within_budget
+from entrodrop.data.corpus import sample_pieces
+from entrodrop.data.sample_store import SampleStoreWriter, sample_table, store_complete
+from entrodrop.data.sources import StorePlan, rows_within_budget
+from entrodrop.errors import SourceError
 from entrodrop.temp_paths import temp_file
 
 PARTS = ".parts-"

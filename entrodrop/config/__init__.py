@@ -1,0 +1,2 @@
+"""Configuration: the recipes' command line and error printing (``cli``), the checks a config
+passes before any compute (``check``), and each recipe's keys (``schemas``)."""

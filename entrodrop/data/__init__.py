@@ -1,0 +1,3 @@
+"""Data in: corpora become token stores once (``corpus``, ``sources``, ``token_stores``), stored
+as sharded per-sample arrays (``sample_store``), packed into rows (``packing``) and streamed,
+target and general mixed, with each target token's cached entropy (``loader``)."""

@@ -1,0 +1,145 @@
+"""What evaluations leave behind: one record a point in ``eval/evals.jsonl`` and the run's
+``summary.json``, with the best epoch (lowest validation loss) and the best checkpoint (the
+target group's average among the most complete scores), and which records may be compared.
+"""
+
+import json
+import math
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from entrodrop.method.dropout import AUTO_NOT_FIXED
+
+# The prompts of a record that does not say: lm-eval's plain text, no chat template.
+PLAIN_PROMPTS = {"apply_chat_template": False, "system_instruction": None, "enable_thinking": None}
+
+
+def best_epoch(evaluations: List[Dict]) -> Dict:
+    """The evaluation with the lowest all-token validation loss: the paper's best epoch."""
+    return min(evaluations, key=lambda e: e["val_loss"]["all"])
+
+
+def task_score(result: Dict, metric: str) -> float:
+    """The ``metric`` (``"name,filter"``, as lm-eval keys it) of an lm-eval task result.
+
+    Example:
+        >>> task_score({"acc,none": 0.5, "acc_norm,none": 0.75}, "acc_norm,none")
+        0.75
+    """
+    if not isinstance(result.get(metric), (int, float)):
+        have = sorted(k for k, v in result.items() if "," in k and "_stderr" not in k and isinstance(v, (int, float)))
+        raise ValueError(f"the lm-eval result has no metric {metric!r}; it has {have}")
+    return float(result[metric])
+
+
+def group_scores(results: Dict[str, Dict], groups: Dict[str, List[str]], metrics: Dict[str, str]) -> Dict[str, float]:
+    """The mean task score of each group (the paper's domain averages), each task by its ``metrics`` entry."""
+    return {group: sum(task_score(results[t], metrics[t]) for t in tasks) / len(tasks)
+            for group, tasks in groups.items() if tasks}
+
+
+def group_metrics(groups: Dict[str, List[str]], metrics: Dict[str, str]) -> Dict[str, Dict[str, str]]:
+    """What each group average is made of, as records keep it: ``{group: {task: metric}}``."""
+    return {group: {t: metrics[t] for t in tasks} for group, tasks in groups.items() if tasks}
+
+
+def read_evaluations(eval_dir) -> List[Dict]:
+    """The records of ``eval_dir/evals.jsonl``, oldest first (none when it does not exist)."""
+    path = Path(eval_dir) / "evals.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def scored_alike(record: Dict, group: str):
+    """How ``record`` scored ``group``: its tasks with their metrics, and the documents per task
+    (``limit``). Two averages are compared only when this is equal. A record written before
+    metrics were recorded read each task's first metric: its tasks count as scored by ``?``."""
+    made_of = record.get("metrics", {}).get(group) or {t: "?" for t in record.get("tasks", {})}
+    return tuple(sorted(made_of.items())), record.get("limit")
+
+
+def most_complete(records: List[Dict], target_group: str) -> List[Dict]:
+    """The records whose ``target_group`` average may be compared: those measured on the most
+    documents per task (every document, ``limit`` null, outranks a subset, a larger limit a
+    smaller one) and, among those, scored alike (``scored_alike``) with the newest of them.
+    A run's cheap in-training scores (other tasks, a ``limit``ed subset) and its offline scores
+    of the full suite land in the same file; averages of other tasks or metrics never compete."""
+    scored = [r for r in records if target_group in r.get("groups", {})]
+    size = lambda r: math.inf if r.get("limit") is None else r["limit"]  # noqa: E731
+    largest = [r for r in scored if size(r) == max(map(size, scored))] if scored else []
+    return [r for r in largest if scored_alike(r, target_group) == scored_alike(largest[-1], target_group)]
+
+
+def scored_by(record: Dict) -> str:
+    """The lm-eval backend that scored ``record``'s tasks. Training and the offline evaluations
+    before the field was recorded ran the torchtune adapter: a record without it counts as that."""
+    return record.get("backend", "torchtune")
+
+
+def already_scored(records: List[Dict], checkpoint: str, tasks: List[str], limit: Optional[int],
+                   validation: bool, backend: str = "torchtune", max_gen_toks: Optional[int] = None,
+                   scoring: Optional[Dict] = None) -> bool:
+    """Whether a record of ``checkpoint`` (by directory name, so a moved run still matches) holds
+    every task of ``tasks`` with the same ``limit``, scored by the same ``backend`` (``scored_by``:
+    hf or vllm score otherwise than the adapter, so a request for them is not a repeat), and the
+    validation loss when ``validation``. A record that names its default ``max_gen_toks`` must name
+    ``max_gen_toks`` (when given): generations of another length are another evaluation. So must
+    ``scoring`` (when given: ``{"metrics": {task: metric}, "prompt_format": ...}``, as
+    ``Evaluator`` records them): other prompts or metrics give other scores."""
+    name = Path(checkpoint).name
+
+    def alike(r: Dict) -> bool:
+        if not tasks or scoring is None:
+            return True
+        used = {t: m for made_of in r.get("metrics", {}).values() for t, m in made_of.items()}
+        return (all(used.get(t) == scoring["metrics"][t] for t in tasks)
+                and r.get("prompt_format", PLAIN_PROMPTS) == scoring["prompt_format"])
+
+    return any(Path(r["checkpoint"]).name == name and set(tasks) <= set(r.get("tasks", {}))
+               and r.get("limit") == limit and (not validation or "val_loss" in r)
+               and (not tasks or scored_by(r) == backend)
+               and (max_gen_toks is None or r.get("max_gen_toks", max_gen_toks) == max_gen_toks)
+               and alike(r) for r in records)
+
+
+def task_scoring(lm_eval_cfg) -> Dict:
+    """How ``evaluation.lm_eval`` scores its tasks, as records keep it (``already_scored``)."""
+    return {"metrics": {t: lm_eval_cfg.metrics.get(t) for tasks in lm_eval_cfg.tasks.values() for t in tasks},
+            "prompt_format": {"apply_chat_template": bool(lm_eval_cfg.apply_chat_template),
+                              "system_instruction": lm_eval_cfg.system_instruction,
+                              "enable_thinking": lm_eval_cfg.enable_thinking}}
+
+
+def record_evaluation(eval_dir, record: Dict, target_group: str) -> Dict:
+    """Append one evaluation to ``evals.jsonl`` and rewrite ``summary.json``: the best checkpoint
+    by ``target_group`` average among the most complete scores (``most_complete``; by validation
+    loss when no task ran), the best epoch and the minimum validation loss so far, and the j0
+    that ``midpoint: auto`` fixed (``auto_midpoint``: target epoch, step, and the step that fixed it)."""
+    eval_dir = Path(eval_dir)
+    eval_dir.mkdir(parents=True, exist_ok=True)
+    with (eval_dir / "evals.jsonl").open("a") as f:
+        f.write(json.dumps(record) + "\n")
+    records = read_evaluations(eval_dir)
+    summary: Dict = {"evaluations": len(records)}
+    with_loss = [r for r in records if "val_loss" in r]
+    scored = most_complete(records, target_group)
+    if with_loss:
+        lowest = best_epoch(with_loss)
+        summary.update(best_epoch=lowest["target_epoch"], best_epoch_step=lowest["step"],
+                       min_val_loss=lowest["val_loss"]["all"])
+    fixed = [r["auto_midpoint"] for r in records if r.get("auto_midpoint")]
+    if fixed:  # midpoint: auto, once it has fixed j0 (every later record carries it)
+        summary["auto_midpoint"] = fixed[-1]
+    elif any("auto_midpoint" in r for r in records):  # midpoint: auto, not fixed (yet): a baseline so far
+        summary.update(auto_midpoint=None, auto_midpoint_note=AUTO_NOT_FIXED)
+    if scored or with_loss:  # the paper's selection: the target group's average, else the loss
+        best = max(scored, key=lambda r: r["groups"][target_group]) if scored else lowest
+        by, score = ((f"{target_group} average", best["groups"][target_group]) if scored
+                     else ("validation loss", best["val_loss"]["all"]))
+        summary["best_checkpoint"] = {"by": by, "score": score, "step": best["step"],
+                                      "target_epoch": best["target_epoch"], "path": best["checkpoint"]}
+        if scored:  # what the average is made of: the tasks, their metrics and the documents each
+            summary["best_checkpoint"].update(limit=best.get("limit"), metrics=best.get("metrics", {}).get(target_group))
+    partial = eval_dir / "summary.json.partial"  # replaced whole, never left half-written
+    partial.write_text(json.dumps(summary, indent=2))
+    partial.replace(eval_dir / "summary.json")
+    return summary
