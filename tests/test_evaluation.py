@@ -171,6 +171,72 @@ def test_each_row_stops_at_its_stop_string_or_eos_as_it_generates(tiny, caplog, 
     assert len(forwards) == min(-(-needed // check_every) * check_every, n) < n
 
 
+class CompiledStepFails(TorchtuneLM):
+    """The adapter whose "compiled" decode step runs ``works_for`` steps, then raises what CUDA
+    graphs raised on an H100 (``_compile_step`` is the adapter's seam for how it compiles)."""
+
+    def __init__(self, *args, works_for: int, **kwargs) -> None:
+        self.compiled_calls, self._works_for = 0, works_for
+        super().__init__(*args, **kwargs)
+
+    def _compile_step(self, step):
+        def fails_later(*args):
+            self.compiled_calls += 1
+            if self.compiled_calls > self._works_for:
+                raise RuntimeError("Error: accessing tensor output of CUDAGraphs that has been overwritten by a "
+                                   "subsequent run.\nStack trace: ...")
+            return step(*args)
+
+        return fails_later
+
+
+def generation_requests(prompts_and_lengths) -> list:
+    return [Instance("generate_until", {}, (p, {"until": [], "max_gen_toks": n}), i)
+            for i, (p, n) in enumerate(prompts_and_lengths)]
+
+
+def test_a_failing_compiled_decode_falls_back_to_eager_with_one_warning(tiny, caplog):
+    """The compiled step fails at its 4th call, in the first of three batches, after three steps
+    have filled the KV caches: one warning line, that batch again from its prompt on fresh
+    caches, then every batch and a second call eager (the failed step is never called again).
+    The texts are the eager adapter's."""
+    model, tokenizer = tiny
+    requests = generation_requests([("def main():", 8), ("import", 8), ("x = [1, 2", 8), ("class A", 8), ("#", 8)])
+    eager = TorchtuneLM(model, tokenizer, torch.device("cpu"), max_seq_len=64, batch_size=2).generate_until(requests)
+    lm = CompiledStepFails(model, tokenizer, torch.device("cpu"), max_seq_len=64, batch_size=2, compile_decode=True,
+                           works_for=3)
+    caplog.set_level("INFO")
+    assert lm.generate_until(requests) == eager
+    assert lm.compiled_calls == 4
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert [r.getMessage() for r in warnings] == [
+        "compiled decode failed (RuntimeError: Error: accessing tensor output of CUDAGraphs that has been "
+        "overwritten by a subsequent run.); decoding eagerly from now on, this batch again from its prompt"]
+    assert lm.generate_until(requests[::-1]) == eager[::-1]
+    assert lm.compiled_calls == 4 and len([r for r in caplog.records if r.levelname == "WARNING"]) == 1
+    assert not model.caches_are_setup()  # the model trains on without them
+
+
+def test_compiled_decode_gives_eager_tokens_across_cache_shapes_calls_and_batch_sizes(tiny, caplog):
+    """torch.compile's decode step (on the CPU: no CUDA graphs, so the overwritten-output error
+    of the H100 cannot show here; tests/test_gpu_kernels.py checks that) against eager: two
+    cache lengths in one call (KV caches set up again, the step compiled for the new shape), a
+    second call on new caches of the same shapes, and another adapter of another batch size
+    on the same model. No fallback: the compiled step itself gave these tokens."""
+    model, tokenizer = tiny
+    requests = generation_requests([("def main():", 4), ("import", 20), ("x = [1, 2", 20)])
+    cpu = torch.device("cpu")
+    eager = TorchtuneLM(model, tokenizer, cpu, max_seq_len=64, batch_size=2).generate_until(requests)
+    caplog.set_level("INFO")
+    compiled = TorchtuneLM(model, tokenizer, cpu, max_seq_len=64, batch_size=2, compile_decode=True)
+    assert compiled.generate_until(requests) == eager
+    assert compiled.generate_until(requests[::-1]) == eager[::-1]
+    other = TorchtuneLM(model, tokenizer, cpu, max_seq_len=64, batch_size=3, compile_decode=True)
+    assert other.generate_until(requests) == eager
+    assert "compiled decode failed" not in caplog.text
+    assert compiled._compiled_step is not None and other._compiled_step is not None
+
+
 def test_the_local_humaneval_task_runs_offline(tiny, shipped_tasks, monkeypatch):
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -20,7 +20,7 @@ every forward) and all-gathers the results, so every rank returns every answer.
 
 import contextlib
 from collections import Counter
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
@@ -38,6 +38,10 @@ from tqdm import tqdm
 from entrodrop.errors import ConfigError
 
 log = utils.get_logger("INFO")
+
+
+class _CompiledDecodeFailed(Exception):
+    """The compiled decode step raised (the error is its ``__cause__``): decode eagerly instead."""
 
 
 def end_token_ids(tokenizer) -> List[int]:
@@ -87,7 +91,8 @@ class TorchtuneLM(TemplateLM):
             well above the scoring batch, which holds whole sequences.
         compile_decode (bool): run the one-token decode step under ``torch.compile`` (on CUDA
             with ``mode="reduce-overhead"``: CUDA graphs over the static KV cache). Greedy
-            outputs are the same tokens as eager.
+            outputs are the same tokens as eager. If the compiled step raises, the adapter logs
+            one warning, decodes eagerly from then on and redoes the batch from its prompt.
         stop_check_every (int): decode steps between two reads of the new tokens, where rows
             are checked for EOS and stop strings (and, sharded, the ranks agree to stop). In
             between, the steps are queued on the device without waiting for it, and the host's
@@ -270,6 +275,25 @@ class TorchtuneLM(TemplateLM):
         logits = self._model(x, input_pos=input_pos, mask=mask)
         return (logits[-1] if isinstance(logits, list) else logits)[:, -1].argmax(-1, keepdim=True)
 
+    def _compile_step(self, step: Callable) -> Callable:
+        """``step`` under ``torch.compile``, one graph per shape; on a GPU ``"reduce-overhead"``
+        replays it as a CUDA graph (no per-kernel launch cost). A subclass may compile otherwise
+        (the tests give one whose step fails, to see the eager fallback)."""
+        mode = "reduce-overhead" if self._device.type == "cuda" else None
+        return torch.compile(step, mode=mode, dynamic=False)
+
+    def _compiled_decode(self, x: torch.Tensor, input_pos: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The compiled decode step once, as CUDA graphs need it: each call opens a new step
+        (the last replay's outputs may then be overwritten), and the ``[b, 1]`` output is cloned
+        at once, since it is the next step's input and the next replay overwrites it. Feeding
+        the graph's own output back in raised "accessing tensor output of CUDAGraphs that has
+        been overwritten by a subsequent run" on an H100. Any error: ``_CompiledDecodeFailed``."""
+        try:
+            torch.compiler.cudagraph_mark_step_begin()
+            return self._compiled_step(x, input_pos, mask).clone()
+        except Exception as error:  # whatever dynamo, inductor or CUDA graphs raise
+            raise _CompiledDecodeFailed(error) from error
+
     def _fresh_caches(self, rows: int, length: int) -> None:
         """Empty KV caches of ``rows`` x ``length``: the ones already set up when their shape fits
         (so a compiled decode step, and its CUDA graph, keeps the same buffers), else new ones."""
@@ -294,8 +318,31 @@ class TorchtuneLM(TemplateLM):
                 delete_kv_caches(self._model)
             self._cache_shape = None
 
-    @torch.no_grad()
     def _generate(self, batch: List[Tuple[List[int], int, Sequence[str]]], max_new: int) -> List[List[int]]:
+        """``_greedy``, eagerly for good once the compiled decode step has failed: one warning, and
+        the batch again from its prompt, on fresh KV caches. A compile error never ends an
+        evaluation.
+
+        With several processes each falls back on its own. A sharded model gathers weights in
+        every forward, so the ranks must run the same forwards: a failure that every rank meets
+        at the same step (the same code and shapes, the usual case) keeps them in step, as they
+        all redo the batch; a rank that fails alone redoes its prompt while the others decode,
+        and the evaluation hangs until the process group's timeout."""
+        try:
+            return self._greedy(batch, max_new)
+        except _CompiledDecodeFailed as failed:
+            error = failed.__cause__
+            first_line = (str(error).strip().splitlines() or [""])[0][:200]
+            log.warning(f"compiled decode failed ({type(error).__name__}: {first_line}); decoding eagerly from now "
+                        f"on, this batch again from its prompt")
+            self._compiled_step = None
+            if self._cache_shape:  # what the failed step left in the caches is dropped with them
+                delete_kv_caches(self._model)
+                self._cache_shape = None
+            return self._greedy(batch, max_new)
+
+    @torch.no_grad()
+    def _greedy(self, batch: List[Tuple[List[int], int, Sequence[str]]], max_new: int) -> List[List[int]]:
         """Greedy continuations of left-padded prompts ``(prompt, n, stops)``: each row generates
         until ``_stopped``, at most ``max_new`` tokens; the batch stops at the first check (every
         ``stop_check_every`` tokens) after every row has. A row's tokens are those an unstopped
@@ -323,8 +370,7 @@ class TorchtuneLM(TemplateLM):
         generated: List[List[int]] = [[] for _ in batch]
         stopped = [False] * len(batch)
         self._fresh_caches(len(prompts), length)
-        # New tokens land on the device (a copy: a CUDA graph's output is overwritten by its next
-        # replay) and are read a block at a time.
+        # New tokens land on the device and are read a block at a time.
         new = torch.empty(len(prompts), max_new, dtype=torch.long, device=self._device)
         # The prompt, of a new width each batch, runs eagerly; each decode step has one shape.
         x = self._decode_step(tokens.to(self._device), positions[:, :width], masks[:, :width])
@@ -343,7 +389,8 @@ class TorchtuneLM(TemplateLM):
                 if made == max_new or self._all_ranks_done(all(stopped)):
                     break
             now = slice(width + made - 1, width + made)
-            x = self._decode(x, positions[:, now], masks[:, now])
+            step = self._compiled_decode if self._compiled_step else self._decode_step
+            x = step(x, positions[:, now], masks[:, now])
             made += 1
         return generated
 
