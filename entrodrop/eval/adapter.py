@@ -119,9 +119,8 @@ class TorchtuneLM(TemplateLM):
         if stop_check_every < 1:
             raise ValueError(f"stop_check_every={stop_check_every}: must be at least 1")
         self._stop_check_every = stop_check_every
-        # On a GPU "reduce-overhead" replays the step as a CUDA graph: no per-kernel launch cost.
-        mode = "reduce-overhead" if device.type == "cuda" else None
-        self._decode = torch.compile(self._decode_step, mode=mode, dynamic=False) if compile_decode else self._decode_step
+        # None once a compiled step has failed: ``_generate`` falls back to the eager one.
+        self._compiled_step = self._compile_step(self._decode_step) if compile_decode else None
         self._dtype = next(model.parameters()).dtype
         self._end_ids = set(end_token_ids(tokenizer))
         self._chat_prompts: Dict[str, List[int]] = {}  # apply_chat_template's text -> its ids
