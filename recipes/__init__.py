@@ -1,6 +1,6 @@
 # The recipes are scripts run with `tune run recipes/<name>.py`; this file makes `recipes`
 # a package so `tune run` (which imports `recipes.<name>`) finds ours before the `recipes`
-# package torchtune 0.6.1 installs. See README, "Why `make` links the repo into the venv".
+# package torchtune 0.6.1 installs. See docs/training.md, "Why `make` links the repository into the environment".
 #
 # `tune run recipes/x.py` names a file beside the working directory but imports a module
 # found on sys.path. If this package is not that directory, running on would silently run

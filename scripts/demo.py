@@ -23,7 +23,7 @@ On text that ships with Python, with the tiny Qwen3 of scripts/make_tiny_assets.
  3. a brief pre-training of the base model (recipes/entrodrop_single_device.py, no dropout)
  4. the base model's entropy of the target and held-out tokens (recipes/precompute_entropy.py)
  5. the baseline: continual pre-training for many target epochs on the 6:4 mix, evaluated at
-    every epoch end by the validation loss by entropy bucket (no lm-eval task: README)
+    every epoch end by the validation loss by entropy bucket (no lm-eval task: docs/demo.md)
  6. EntroDrop: the same run (same base, data order and steps) with token dropout, its curriculum
     midpoint set where the baseline's validation loss stopped falling, as the paper sets j0
  7. EntroDrop with ``signal: loss``: the same run again, the same midpoint, the gate ranking each

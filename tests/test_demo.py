@@ -119,7 +119,7 @@ def test_the_cpu_runs_are_stages_in_the_reports_order_at_one_budget():
 
 def test_the_held_out_target_tasks_read_the_file_each_demo_writes_and_never_trains_on():
     """The GPU runs' target group scores its held-out blocks; the CPU runs score no task (the
-    validation loss already scores the same text: README), and the task an override adds reads
+    validation loss already scores the same text: docs/demo.md), and the task an override adds reads
     the CPU demo's held-out file."""
     task_manager = TaskManager(include_path=[str(TASKS)])
     path = lambda task: REPO / task_manager.task_index[task].cfg["dataset_kwargs"]["data_files"]["test"]  # noqa: E731

@@ -1,6 +1,6 @@
 """`tune run <path>` runs the file at that path, or refuses and says why; never other code.
 
-scripts/link_repo.py (run by `make`) and recipes/__init__.py make this hold; README, "Why
+scripts/link_repo.py (run by `make`) and recipes/__init__.py make this hold; docs/training.md, "Why
 `make` links the repository into the environment". Each test runs the real `tune` of this
 environment from a directory outside the checkout, as a user would.
 """
