@@ -19,7 +19,6 @@ that is killed keeps its finished shards; running the same command again compute
 
 import os
 import sys
-import time
 
 import torch.distributed as dist
 from omegaconf import DictConfig
@@ -33,7 +32,7 @@ from entrodrop.data.sample_store import (
     entropy_cache_key,
     sample_table,
 )
-from entrodrop.method.entropy import shard_entropies
+from entrodrop.method.entropy import Throughput, shard_entropies
 from entrodrop.models.hf_config import check_matches_checkpoint
 
 log = utils.get_logger("INFO")
@@ -96,16 +95,21 @@ class PrecomputeEntropyRecipe:
         total = int(sum(lengths[i] for s in self._shards for i in self._writer.shard_samples(s)))
         progress = tqdm(total=total, unit="tok", unit_scale=True, disable=self._rank != 0,
                         desc=f"entropy ({self._world_size} proc)")
-        start = time.perf_counter()
+        # The compile warm-up (first batches) apart: the figure to compare is the steady state.
+        throughput = Throughput()
+
+        def on_batch(num_tokens: int) -> None:
+            progress.update(num_tokens)
+            throughput(num_tokens)
+
         for shard in self._shards:
             samples = [self._tokens[i] for i in self._writer.shard_samples(shard)]
             entropies = shard_entropies(self._model, samples, self._batch_size, self._chunk_size,
-                                        self._vocab_chunk_size, self._pack_len, on_batch=progress.update)
+                                        self._vocab_chunk_size, self._pack_len, on_batch=on_batch)
             self._writer.write_shard(shard, [h.numpy() for h in entropies], sample_table(samples))
         progress.close()
         if self._shards:
-            seconds = time.perf_counter() - start
-            log.info(f"rank {self._rank}: {total} tokens in {seconds:.1f}s ({total / seconds:.0f} tokens/s)")
+            log.info(f"rank {self._rank}: {throughput.summary()}")
         self._barrier()
         if self._rank == 0:
             self._writer.finalize()

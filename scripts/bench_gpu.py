@@ -2,6 +2,7 @@
 
     python scripts/bench_gpu.py                                    # one CUDA GPU: Qwen3-0.6B, Qwen3-1.7B
     python scripts/bench_gpu.py --models qwen3_0_6b,llama3_1_8b    # Llama3.1-8B where memory allows
+    python scripts/bench_gpu.py --quick      # Qwen3-0.6B alone, short runs: under 3 minutes (make gpu-check)
     python scripts/bench_gpu.py --device cpu --models tiny --steps 4 --warmup 2   # the CPU check (a test runs it)
 
 For each model it builds a random-weight checkpoint of the published shape with the project's
@@ -10,7 +11,8 @@ standard library's sources on this machine, tokenized once with the tiny tokeniz
 (``make assets``; its ids are valid in every vocabulary and speed does not depend on which
 ids). Then, each through ``tune run`` with the model's own configs under ``configs/``:
 
-    precompute   recipes/precompute_entropy.py over the target corpus: tokens/s from its log
+    precompute   recipes/precompute_entropy.py over the target corpus: tokens/s from its log, in
+                 steady state (after its first batches, where the layers compile) and overall
     train        recipes/entrodrop_single_device.py, ``--rows`` rows of ``--seq-len`` tokens a
                  step, the config's micro-batch, compile and activation checkpointing, EntroDrop
                  off (``schedule=none``) and static (``gamma_max`` from step 0: the gate and the
@@ -60,6 +62,12 @@ MODELS = {  # name: (model type, builder arguments, training config, precompute 
                     "configs/llama3_1/8B_instruct_precompute_entropy.yaml"),
     "tiny": ("QWEN3", None, "configs/tiny/qwen3_entrodrop_single_device.yaml", "configs/tiny/qwen3_precompute_entropy.yaml"),
 }
+
+
+# --quick: one model, one micro-batch a step (the config's 8 rows), 4 measured steps a run
+# after 3 of compile warm-up, and a corpus of about 5 precompute batches (2 of them warm-up).
+# Each `tune run` pays its start-up and compile again, so steps are the cheap part.
+QUICK = {"models": "qwen3_0_6b", "rows": 8, "steps": 7, "warmup": 3, "target-tokens": 300_000}
 
 
 TRAIN_RUNS = {  # name: (the table's stage, overrides), in the order a round runs them
@@ -113,10 +121,12 @@ def write_corpora(out: Path, target_chars: int, general_chars: int) -> None:
 
 
 def tune(log: Path, *args: str) -> subprocess.CompletedProcess:
-    """``tune run <args>`` from the repository root; its output goes to ``log``."""
-    result = subprocess.run([*TUNE, "run", *args], cwd=REPO, capture_output=True, text=True)
-    log.write_text(result.stdout + result.stderr)
-    return result
+    """``tune run <args>`` from the repository root; its output goes to ``log`` as it runs (a run
+    cut off by a time limit leaves what it wrote) and comes back as the result's ``stderr``."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as f:
+        result = subprocess.run([*TUNE, "run", *args], cwd=REPO, stdout=f, stderr=subprocess.STDOUT)
+    return subprocess.CompletedProcess(result.args, result.returncode, "", log.read_text())
 
 
 def failure(result: subprocess.CompletedProcess) -> str:
@@ -138,7 +148,12 @@ def main() -> None:
     parser.add_argument("--target-tokens", type=int, default=2_000_000, help="about this many target tokens")
     parser.add_argument("--peak-tflops", type=float, default=989.0)
     parser.add_argument("--out", type=Path, default=Path("/tmp/entrodrop_bench_gpu"))
+    parser.add_argument("--quick", action="store_true",
+                        help=f"defaults for a check under 3 minutes: {' '.join(f'--{k} {v}' for k, v in QUICK.items())}")
     args = parser.parse_args()
+    if args.quick:  # the quick defaults, then the command line again: what it names explicitly wins
+        parser.set_defaults(**{k.replace("-", "_"): v for k, v in QUICK.items()})
+        args = parser.parse_args()
     unknown = [m for m in args.models.split(",") if m not in MODELS]
     if unknown:
         parser.error(f"--models: unknown {unknown}; choose from {sorted(MODELS)}")
@@ -164,7 +179,9 @@ def main() -> None:
           f"off/static/loss round(s); MFU against {args.peak_tflops:g} TFLOP/s, counting 6N + 12·L·H·Q·T FLOPs a "
           f"trained token and 2N + 4·L·H·Q·T a precomputed one (N parameters less the embedding lookup, L layers, H "
           f"heads of width Q, T the row length)\n")
-    rows = []
+    print("| model | stage | tokens/s | MFU | peak GiB | note |")
+    print("|---|---|---|---|---|---|", flush=True)
+    rows = TableRows()
     for name in args.models.split(","):
         model_type, shape, train_config, precompute_config = MODELS[name]
         shape = shape or _tiny_shape()
@@ -177,13 +194,15 @@ def main() -> None:
         result = tune(out / f"{name}_precompute.log", "recipes/precompute_entropy.py", "--config", precompute_config,
                       f"checkpointer.checkpoint_dir={ckpt}", f"target_tokens={stores['target']}", f"cache_dir={cache}",
                       f"device={args.device}")
-        speed = re.findall(r"\(([\d.]+) tokens/s\)", result.stderr)
-        if result.returncode or not speed:
+        overall, steady = precompute_speeds(result.stderr)
+        if result.returncode or overall is None:
             rows.append((name, "precompute", None, None, None, failure(result)))
         else:
-            tokens_per_s = float(speed[-1])
+            # The steady state is the figure to compare; a corpus too small for one leaves overall.
+            tokens_per_s = steady or overall
             rows.append((name, "precompute", tokens_per_s, tokens_per_s * forward_flops / 1e12 / args.peak_tflops,
-                         None, "forward + entropy of the target corpus, as the recipe logs it"))
+                         None, f"forward + entropy of the target corpus, {'steady state' if steady else 'overall'}; "
+                               f"{overall:,.0f} tokens/s overall, compile warm-up included"))
 
         cfg = OmegaConf.load(REPO / train_config)
         micro = cfg.global_batch_size // cfg.gradient_accumulation_steps
@@ -225,12 +244,30 @@ def main() -> None:
                          f"{paired_cost(runs['static'], runs['loss'], args.warmup)}; peak memory {grown}, the store "
                          f"{num_target:,} target tokens x 2 bytes (fp16) = {num_target * 2 / 2**20:.2f} MiB"))
 
-    print("| model | stage | tokens/s | MFU | peak GiB | note |")
-    print("|---|---|---|---|---|---|")
-    for name, stage, tokens_per_s, mfu, peak, note in rows:
-        print(f"| {name} | {stage} | {'-' if tokens_per_s is None else f'{tokens_per_s:,.0f}'} | "
-              f"{'-' if mfu is None else f'{mfu:.1%}'} | {'-' if peak is None else f'{peak:.1f}'} | {note} |")
     print(f"\nwall time {time.perf_counter() - started:.0f} s; logs in {out}")
+
+
+class TableRows(list):
+    """The table's rows, each printed as it is added: a run cut off by a time limit (make
+    gpu-check caps each stage) still leaves the rows it finished."""
+
+    def append(self, row: tuple) -> None:
+        super().append(row)
+        name, stage, tokens_per_s, mfu, peak, note = row
+        print(f"| {name} | {stage} | {'-' if tokens_per_s is None else f'{tokens_per_s:,.0f}'} | "
+              f"{'-' if mfu is None else f'{mfu:.1%}'} | {'-' if peak is None else f'{peak:.1f}'} | {note} |", flush=True)
+
+
+def precompute_speeds(log: str) -> tuple:
+    """(overall, steady-state) tokens/s from recipes/precompute_entropy.py's log (the last of
+    each; None where it logged none: a failed run, or too few batches for a steady state).
+
+    >>> precompute_speeds("rank 0: 400 tokens in 13.0s (31 tokens/s); steady state 100 tokens/s after 2 ...")
+    (31.0, 100.0)
+    """
+    overall = re.findall(r"\(([\d.]+) tokens/s\)", log)
+    steady = re.findall(r"steady state ([\d.]+) tokens/s", log)
+    return (float(overall[-1]) if overall else None), (float(steady[-1]) if steady else None)
 
 
 def paired_cost(runs_a: list, runs_b: list, warmup: int) -> str:
