@@ -56,3 +56,13 @@ class ScoringPathError(EntroDropError, FileNotFoundError):
 
 class IncompleteCheckpointError(EntroDropError, ValueError):
     """An offline evaluation's ``step_<N>`` that lacks its config.json or a weight file."""
+
+
+class MissingPackageError(ConfigError, ImportError):
+    """A config asks for an optional package that is not installed (``loss.impl: liger`` without
+    liger-kernel); the message names the key and the install command."""
+
+
+class RecipeLocationError(EntroDropError, ImportError):
+    """``tune run recipes/x.py`` would import another ``recipes`` package than the folder named
+    (a copied recipe in a ``recipes/`` folder without ``__init__.py``); the message says the fix."""

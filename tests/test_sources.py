@@ -195,18 +195,31 @@ def expected_store(tok, samples: list, max_seq_len: int = SEQ, long_samples: str
     return [p for s in samples for p in pieces(ids(tok, s), max_seq_len, long_samples)]
 
 
-def documented_selection(samples: list, seed: int, validation_size) -> tuple:
-    """(validation rows, training rows, null or empty rows, duplicates), by the module docstring."""
+def documented_selection(samples: list, seed: int, validation_size, problems: Optional[list] = None) -> tuple:
+    """(validation rows, training rows, null or empty rows, duplicates), by the module docstring:
+    ``problems`` is each row's problem text (None, or no list: the row is its own problem)."""
+    problems = problems or [None] * len(samples)
     kept, seen = [], set()
-    for s in samples:
+    for s, p in zip(samples, problems):
         if s is not None and json.dumps(s) not in seen:
             seen.add(json.dumps(s))
-            kept.append(s)
+            kept.append((s, " ".join(p.split()).casefold() if p and p.strip() else json.dumps(s)))
     order = [kept[i] for i in np.random.default_rng(seed).permutation(len(kept))]
+    distinct = list(dict.fromkeys(p for _, p in order))  # problems in the order of their first row
     n = 0 if validation_size is None else validation_size if isinstance(validation_size, int) else math.ceil(
-        validation_size * len(kept))  # Dataset.train_test_split's test_size
+        validation_size * len(distinct))  # Dataset.train_test_split's test_size
+    held = set(distinct[:n])
     skipped = sum(s is None for s in samples)
-    return order[:n], order[n:], skipped, len(samples) - skipped - len(kept)
+    return ([s for s, p in order if p in held], [s for s, p in order if p not in held], skipped,
+            len(samples) - skipped - len(kept))
+
+
+def selection_note(path, kind: str, rows: int, skipped: int, duplicates: int, kept: int, problems: int,
+                   validation_rows: int, held_out: int, problem_key: str = "problem_key null: each distinct row is "
+                   "its own problem") -> str:
+    return (f"corpora.t: {kind} {path} (split train): {rows} rows, {skipped} null or empty skipped, {duplicates} exact "
+            f"duplicates removed; {kept} rows of {problems} problems ({problem_key}): {kept - problems} rows share "
+            f"their problem with an earlier row; {validation_rows} rows of {held_out} problems held out for validation")
 
 
 # ---------------------------------------------------------------------------- running it
@@ -216,9 +229,9 @@ def source_entry(data: Path, store_dir: Path, **keys) -> Dict[str, Any]:
     source = "parquet" if data.suffix == ".parquet" else "json"
     entry = {"source": source, "name": None, "split": "train", "data_files": str(data), "revision": None,
              "streaming": False, "column": None, "template": None, "conversation_column": None,
-             "conversation_style": "openai", "chat_template": False, "seed": 0, "max_tokens": None, "max_samples": None,
-             "validation_size": None, "validation_store_dir": None, "long_samples": "split",
-             "store_dir": str(store_dir)}
+             "conversation_style": "openai", "chat_template": False, "unknown_roles": "drop", "seed": 0,
+             "max_tokens": None, "max_samples": None, "validation_size": None, "validation_store_dir": None,
+             "problem_key": None, "long_samples": "split", "store_dir": str(store_dir)}
     if keys.get("validation_size") is not None and "validation_store_dir" not in keys:
         keys["validation_store_dir"] = str(store_dir) + "_val"
     return {**entry, **keys}
@@ -271,9 +284,9 @@ def test_every_kind_and_rendering_stores_the_documented_selection(files, tok, tm
     samples = rendered(case)
     validation, train, skipped, duplicates = documented_selection(samples, seed, held_out)
     assert skipped and duplicates and any(len(ids(tok, s)) > SEQ for s in train), "the fixture misses a case"
-    assert lines[0] == (f"corpora.t: {kind} {files[CASES[case][0]][kind]} (split train): {len(samples)} rows, "
-                        f"{skipped} null or empty skipped, {duplicates} exact duplicates removed, "
-                        f"{held_out} held out for validation")
+    kept = len(samples) - skipped - duplicates
+    assert lines[0] == selection_note(files[CASES[case][0]][kind], kind, len(samples), skipped, duplicates, kept, kept,
+                                      held_out, held_out)
     for store_dir, rows, role in [(tmp_path / "train_val", validation, "validation"),
                                   (tmp_path / "train", train, "train")]:
         expected = expected_store(tok, rows)
@@ -309,20 +322,46 @@ def test_jsonl_path_entry_stores_every_record_in_file_order(files, tok, tmp_path
 # ---------------------------------------------------------------------------- 3: budgets, seeds
 
 
+def documented_budget(row_tokens: List[int], max_tokens: int) -> tuple:
+    """(which rows max_tokens takes, how many it skipped, why it stopped), by the module
+    docstring: a row that fits what is left is taken, one that does not is skipped; the end is
+    the budget met exactly, 100 rows in a row that did not fit, or the last row."""
+    taken, total, misfits, skipped, why = [], 0, 0, 0, "the rows ran out"
+    for n in row_tokens:
+        if total == max_tokens or misfits == sources.MISFITS_TO_STOP:
+            why = "met exactly" if total == max_tokens else f"100 rows in a row did not fit the {max_tokens - total} tokens left"
+            taken.append(False)
+        elif total + n > max_tokens:
+            misfits, skipped = misfits + 1, skipped + 1
+            taken.append(False)
+        else:
+            total, misfits = total + n, 0
+            taken.append(True)
+    return taken, skipped, "met exactly" if total == max_tokens else why
+
+
 @pytest.mark.parametrize("where", ["at a row's end", "one token before the next row's end", "every row exactly"])
-def test_max_tokens_takes_the_longest_prefix_of_whole_rows(files, tok, tmp_path, where):
+def test_max_tokens_skips_a_row_that_does_not_fit_and_says_why_it_stopped(files, tok, tmp_path, where):
     seed, k = 11, 12
     _, train, _, _ = documented_selection(rendered("numina-template"), seed, None)
-    ends = np.cumsum([len(ids(tok, s)) for s in train])
-    max_tokens = {"at a row's end": ends[k - 1], "one token before the next row's end": ends[k] - 1,
-                  "every row exactly": ends[-1]}[where]
-    k = len(train) if where == "every row exactly" else k
-    assert any(len(ids(tok, s)) > SEQ for s in train[:k]), "a split row counts all its pieces"
-    entry = case_entry(files, "numina-template", "parquet", tmp_path / "s", seed=seed, max_tokens=int(max_tokens))
+    row_tokens = [len(ids(tok, s)) for s in train]
+    ends = np.cumsum(row_tokens)
+    max_tokens = int({"at a row's end": ends[k - 1], "one token before the next row's end": ends[k] - 1,
+                      "every row exactly": ends[-1]}[where])
+    taken, skipped, why = documented_budget(row_tokens, max_tokens)
+    rows = [s for s, t in zip(train, taken) if t]
+    tokens = sum(n for n, t in zip(row_tokens, taken) if t)
+    assert any(len(ids(tok, s)) > SEQ for s in rows), "a split row counts all its pieces"
+    if where == "one token before the next row's end":
+        assert not taken[k] and any(taken[k + 1:]), "row k does not fit; a later, shorter one is taken"
+        assert tokens > ends[k - 1] and skipped, "more than the prefix before the row that did not fit"
+    entry = case_entry(files, "numina-template", "parquet", tmp_path / "s", seed=seed, max_tokens=max_tokens)
     lines = write(entry, tok)
-    expected = expected_store(tok, train[:k])
+    expected = expected_store(tok, rows)
     assert stored(tmp_path / "s") == expected
-    assert f"corpora.t: {k} rows, {len(expected)} samples, {ends[k - 1]} tokens (max_tokens {max_tokens})" in lines
+    assert f"corpora.t: {len(rows)} rows, {len(expected)} samples, {tokens} tokens (max_tokens {max_tokens})" in lines
+    assert (f"corpora.t: max_tokens {max_tokens}: {tokens} tokens selected ({tokens / max_tokens:.2%}), {len(rows)} "
+            f"rows taken, {skipped} rows that did not fit what was left skipped; stopped: {why}") in "\n".join(lines)
 
 
 def test_max_samples_takes_exactly_that_many_rows(files, tok, tmp_path):
@@ -360,13 +399,102 @@ def test_validation_and_training_are_disjoint_and_deduplicated(files, tok, tmp_p
     assert (len(validation), len(train)) == (7, 27)
     assert len(set(validation)) == 7 and len(set(train)) == 27 and not set(validation) & set(train)
     assert set(validation) | set(train) == distinct
-    assert "3 null or empty skipped, 3 exact duplicates removed, 7 held out for validation" in lines[0]
+    assert ("3 null or empty skipped, 3 exact duplicates removed; 34 rows of 34 problems (problem_key null: each "
+            "distinct row is its own problem): 0 rows share their problem with an earlier row; 7 rows of 7 problems "
+            "held out for validation") in lines[0]
 
 
 @pytest.mark.parametrize("fraction, rows", [(0.25, 10), (0.05, 10), (0.25, 34)])
 def test_a_fraction_holds_out_as_train_test_split_does(fraction, rows):
     split = datasets.Dataset.from_dict({"a": list(range(rows))}).train_test_split(test_size=fraction, seed=0)
     assert validation_count(fraction, rows) == len(split["test"])
+
+
+def repeated_problem_rows() -> List[dict]:
+    """NuminaMath-shaped rows in which problems come back: a second (and third) solution of one
+    problem, the same prompt retyped with other whitespace and case, and a row with no prompt."""
+    rng = random.Random(7)
+    rows = []
+    for i in range(30):
+        problem = f"Problem {i}: {words(rng, rng.randint(5, 9))}?"
+        rows.append({"problem": problem, "solution": f"{words(rng, rng.randint(6, 12))}. The answer is {i}."})
+    for i in range(0, 30, 2):  # 15 problems with a second solution, every third of them retyped
+        retyped = "  " + rows[i]["problem"].upper().replace(" ", " \n ") if i % 3 == 0 else rows[i]["problem"]
+        rows.append({"problem": retyped, "solution": f"Another way: {words(rng, 8)}. So {i}."})
+    rows.append({"problem": rows[4]["problem"], "solution": f"A third way. {words(rng, 6)}."})
+    rows.append({"problem": None, "solution": "A solution whose problem is lost."})
+    for r in rows:
+        r["messages"] = [{"role": "user", "content": r["problem"] or ""}, {"role": "assistant", "content": r["solution"]}]
+    return rows
+
+
+def problem_of(text: Optional[str]) -> Optional[str]:
+    return " ".join(text.split()).casefold() if text and text.strip() else None
+
+
+@pytest.mark.parametrize("kind, keys", [
+    ("parquet", {"template": "Q: {solution}", "problem_key": "problem"}),
+    ("json", {"conversation_column": "messages", "problem_key": "first_user_turn"}),
+])
+def test_every_row_of_a_problem_is_on_one_side(tok, tmp_path, kind, keys):
+    """Two solutions of one problem (or the same prompt retyped) never put the problem in both
+    stores; the log counts the rows that share a problem."""
+    rows = repeated_problem_rows()
+    path = write_rows(rows, tmp_path / "numina")[kind]
+    seed, held_out = 3, 6
+    render_row = ((lambda r: "Q: " + r["solution"]) if "template" in keys else
+                  (lambda r: "\n\n".join(m["content"] for m in r["messages"])))
+    samples = [render_row(r) for r in rows]
+    problems = [r["problem"] for r in rows]
+    validation, train, skipped, duplicates = documented_selection(samples, seed, held_out, problems)
+    problem = {s: problem_of(p) or s for s, p in zip(samples, problems)}
+    assert not {problem[s] for s in validation} & {problem[s] for s in train}
+    assert len(validation) > held_out, "a held-out problem with two solutions: both rows held out"
+    # The rule it replaces, each distinct row its own problem, puts some problem on both sides here.
+    old_validation, old_train, _, _ = documented_selection(samples, seed, held_out)
+    assert {problem_of(dict(zip(samples, problems))[s]) for s in old_validation} & {
+        problem_of(dict(zip(samples, problems))[s]) for s in old_train}
+
+    entry = source_entry(path, tmp_path / "s", seed=seed, validation_size=held_out, **keys)
+    lines = write(entry, tok, max_seq_len=4096)
+    assert stored(tmp_path / "s_val") == expected_store(tok, validation, 4096)
+    assert stored(tmp_path / "s") == expected_store(tok, train, 4096)
+    kept = len(samples) - skipped - duplicates
+    distinct = len({problem[s] for s in samples})
+    assert (kept, distinct) == (47, 31)
+    assert lines[0] == selection_note(path, kind, len(rows), skipped, duplicates, kept, distinct, len(validation),
+                                      held_out, f"problem_key {keys['problem_key']}, whitespace and case ignored")
+    if keys["problem_key"] == "problem":
+        assert "corpora.t: 1 rows have no problem (null, empty or not text): each is its own problem" in lines
+
+
+def test_a_streamed_source_holds_out_every_row_of_its_first_problems(tok, tmp_path):
+    rows = repeated_problem_rows()
+    path = write_rows(rows, tmp_path / "numina")["json"]
+    seed, held_out = 5, 4
+    entry = source_entry(path, tmp_path / "s", seed=seed, validation_size=held_out, streaming=True,
+                         template="{problem}\n\n{solution}", problem_key="problem")
+    lines = write(entry, tok, max_seq_len=4096)
+    stream = list(datasets.load_dataset("json", data_files=str(path), split="train", streaming=True)
+                  .shuffle(seed=seed, buffer_size=sources.SHUFFLE_BUFFER))
+    validation, train, held, skipped_as_held = [], [], [], 0
+    for r in stream:  # the docstring's rule
+        if not r["problem"] or not r["problem"].strip():
+            continue
+        sample, p = r["problem"] + "\n\n" + r["solution"], problem_of(r["problem"])
+        if train or (p not in held and len(held) == held_out):
+            if p in held:
+                skipped_as_held += 1
+            else:
+                train.append(sample)
+            continue
+        held += [] if p in held else [p]
+        validation += [] if sample in validation else [sample]
+    assert skipped_as_held, "this seed streams a held-out problem's second row after the validation rows"
+    assert stored(tmp_path / "s_val") == expected_store(tok, validation, 4096)
+    assert stored(tmp_path / "s") == expected_store(tok, train, 4096)
+    assert (f"corpora.t: of the rows read, 1 null or empty skipped, {skipped_as_held} skipped: their problem is held "
+            "out for validation (problem_key problem, whitespace and case ignored)") in lines
 
 
 # ---------------------------------------------------------------------------- 5: streaming
@@ -426,7 +554,7 @@ def test_streamed_tokenizing_keeps_python_memory_bounded(tok, tmp_path):
     write({**small, "store_dir": str(tmp_path / "warm"), "validation_store_dir": str(tmp_path / "warm_val")}, tok)
     (small_peak, _), (large_peak, lines) = peak(small), peak(large)
     assert lines[0].startswith("corpora.t: 7995 rows, 7995 samples, ")
-    assert lines[3].startswith("corpora.t (validation): 5 rows, ")
+    assert any(line.startswith("corpora.t (validation): 5 rows, ") for line in lines)
     per_row = (large_peak - small_peak) / 7200
     assert per_row < 160 and large_peak < 2 * small_peak, (
         f"peak {small_peak / 2**20:.2f} MiB for 800 rows, {large_peak / 2**20:.2f} for 8000: {per_row:.0f} bytes a row")
@@ -474,20 +602,24 @@ SOURCE_ERRORS = [
     ("no row has the field", "nosolution", "parquet", {"template": "{problem}\n\n{solution}"},
      "corpora.t: none of the 6 rows of parquet has a non-empty problem / solution"),
     ("a list is no text", "numina", "parquet", {"column": "messages"},
-     "corpora.t: row 0: column 'messages' holds list, not text"),
+     "corpora.t: row 0 of {path}: column 'messages' holds list, not text"),
     ("sharegpt turns read as openai", "infinity", "parquet",
      {"conversation_column": "conversations", "conversation_style": "openai"},
-     "corpora.t: row 0: turn 0 of 'conversations' has ['from', 'value'], not 'role' and 'content' (conversation_style: "
-     "openai; the other style reads 'from' and 'value')"),
+     "corpora.t: row 0 of {path}: turn 0 of 'conversations' has ['from', 'value'], not 'role' and 'content' "
+     "(conversation_style: openai; the other style reads 'from' and 'value')"),
     ("openai turns read as sharegpt", "numina", "json",
      {"conversation_column": "messages", "conversation_style": "sharegpt", "chat_template": True},
-     "corpora.t: row 0: turn 0 of 'messages' has ['content', 'role'], not 'from' and 'value' (conversation_style: "
-     "sharegpt; the other style reads 'role' and 'content')"),
+     "corpora.t: row 0 of {path}: turn 0 of 'messages' has ['content', 'role'], not 'from' and 'value' "
+     "(conversation_style: sharegpt; the other style reads 'role' and 'content')"),
+    ("sharegpt turns read as openai, streamed", "infinity", "json",
+     {"conversation_column": "conversations", "conversation_style": "openai", "streaming": True},
+     "corpora.t: row 0 of {path}: turn 0 of 'conversations' has ['from', 'value'], not 'role' and 'content'"),
     ("validation_size of every row", "numina", "parquet",
      {"template": "{problem}\n\n{solution}", "validation_size": 34},
-     "validation_size=34 holds out 34 rows, but the source has 34 distinct non-empty rows: none would be left"),
+     "validation_size=34 holds out 34 problems, but the source has 34 distinct problems (34 distinct non-empty rows): "
+     "none would be left"),
     ("validation_size above the rows", "numina", "parquet", {"template": "{problem}", "validation_size": 1000},
-     "validation_size=1000 holds out 1000 rows, but the source has 35 distinct non-empty rows"),
+     "validation_size=1000 holds out 1000 problems, but the source has 35 distinct problems"),
 ]
 
 
@@ -495,7 +627,7 @@ SOURCE_ERRORS = [
                          ids=[e[0] for e in SOURCE_ERRORS])
 def test_a_source_that_cannot_become_samples_is_refused_before_any_store(files, tmp_path, fixture, kind, keys, message):
     entry = source_entry(files[fixture][kind], tmp_path / "s", **keys)
-    with pytest.raises(SourceError, match=re.escape(message)):
+    with pytest.raises(SourceError, match=re.escape(message.format(path=files[fixture][kind]))):
         plan_corpus("t", entry)
     nothing_written(tmp_path / "s", tmp_path / "s_val")
 
@@ -518,6 +650,113 @@ def test_a_turn_without_its_role_in_parquet_is_refused(tmp_path, chat_template):
         [block() for plan in plan_corpus("t", entry) for block in plan.blocks(10)]
 
 
+def function_call_rows() -> List[dict]:
+    """Infinity-Instruct-shaped conversations, some with a function call and its result, roles
+    sharegpt does not know."""
+    rows = []
+    for i in range(12):
+        turns = [{"from": "human", "value": f"question {i}"}]
+        if i % 3 == 0:
+            turns += [{"from": "function_call", "value": f"lookup({i})"}, {"from": "observation", "value": f"{i * 7}"}]
+        rows.append({"conversations": turns + [{"from": "gpt", "value": f"answer {i}"}]})
+    return rows
+
+
+@pytest.mark.parametrize("unknown_roles", ["drop", "keep"])
+def test_unknown_roles_are_counted_and_dropped_or_kept_as_the_config_says(tok, tmp_path, unknown_roles):
+    path = write_rows(function_call_rows(), tmp_path / "calls")["json"]
+    entry = source_entry(path, tmp_path / "s", conversation_column="conversations", conversation_style="sharegpt",
+                         unknown_roles=unknown_roles)
+    lines = write(entry, tok, max_seq_len=4096)
+    assert (f"corpora.t: 8 turns with a role conversation_style sharegpt does not know (function_call: 4, "
+            f"observation: 4): {'left out' if unknown_roles == 'drop' else 'kept as they are'} "
+            f"(unknown_roles: {unknown_roles})") in lines
+    texts = {tok.decode(s) for s in stored(tmp_path / "s")}
+    assert any("question 0" in t for t in texts)
+    assert any("lookup(0)" in t for t in texts) == (unknown_roles == "keep")
+
+
+def test_an_unknown_role_is_refused_at_its_place_in_the_file_with_unknown_roles_error(tmp_path):
+    path = write_rows(function_call_rows(), tmp_path / "calls")["parquet"]
+    entry = source_entry(path, tmp_path / "s", conversation_column="conversations", conversation_style="sharegpt",
+                         unknown_roles="error")
+    with pytest.raises(SourceError, match=re.escape(
+            f"corpora.t: row 0 of {path}: turn 1 of 'conversations' has the role 'function_call', which "
+            "conversation_style sharegpt does not know (system, human, user, gpt, assistant): set unknown_roles: drop")):
+        plan_corpus("t", entry)
+    nothing_written(tmp_path / "s")
+
+
+def test_a_turn_with_a_null_text_says_its_text_is_null(tmp_path):
+    rows = infinity_rows()[:5]
+    rows[3]["conversations"][1]["value"] = None
+    path = write_rows(rows, tmp_path / "nulls")["json"]
+    entry = source_entry(path, tmp_path / "s", conversation_column="conversations", conversation_style="sharegpt")
+    with pytest.raises(SourceError, match=re.escape(f"corpora.t: row 3 of {path}: turn 1 of 'conversations' (from "
+                                                    "'gpt') has a null 'value' (or none)")):
+        plan_corpus("t", entry)
+
+
+@pytest.mark.parametrize("bad_row", [121, sources.CHECKED_ROWS + 100])
+def test_a_bad_row_of_a_streamed_source_is_named_by_its_place_in_its_file(tok, tmp_path, bad_row):
+    """Within the first CHECKED_ROWS rows it is found before any store is written; after them,
+    when the stream reaches it, by its place in the file, not in the shuffled stream."""
+    rows = [{"conversations": [{"from": "human", "value": f"q {i}"}, {"from": "gpt", "value": f"a {i}"}]}
+            for i in range(sources.CHECKED_ROWS + 200)]
+    rows[bad_row]["conversations"][1]["value"] = None
+    first = tmp_path / "first.jsonl"
+    first.write_text("".join(json.dumps(r) + "\n" for r in rows[:40]))
+    second = tmp_path / "second.jsonl"
+    second.write_text("".join(json.dumps(r) + "\n" for r in rows[40:]))
+    entry = source_entry(first, tmp_path / "s", conversation_column="conversations", conversation_style="sharegpt",
+                         streaming=True, validation_size=3) | {"data_files": [str(first), str(second)]}
+    message = re.escape(f"corpora.t: row {bad_row - 40} of {second}: turn 1 of 'conversations' (from 'gpt') has a "
+                        "null 'value'")
+    if bad_row < sources.CHECKED_ROWS:
+        with pytest.raises(SourceError, match=message):
+            plan_corpus("t", entry)
+        nothing_written(tmp_path / "s", tmp_path / "s_val")
+    else:
+        plans = plan_corpus("t", entry)
+        with pytest.raises(SourceError, match=message):
+            for plan in plans:
+                write_token_store(plan, tok, store_key(TOKENIZER, plan.description, SEQ), SEQ, 64)
+
+
+def damaged_files(root: Path) -> Dict[str, tuple]:
+    """Files a user may name in data_files that hold no rows, or no readable ones: (builder, path, what the message says)."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "empty.jsonl").write_text("")
+    (root / "blank.jsonl").write_text("\n\n")
+    (root / "garbage.jsonl").write_text("not json\n{\"a\":\n")
+    (root / "empty.parquet").write_bytes(b"")
+    (root / "garbage.parquet").write_bytes(b"garbage")
+    pq.write_table(pa.table({"text": pa.array([], pa.string())}), root / "no_rows.parquet")
+    return {
+        "empty json": ("json", root / "empty.jsonl", f"{root / 'empty.jsonl'} is empty (0 bytes)"),
+        "blank json": ("json", root / "blank.jsonl", "holds no rows"),
+        "invalid json": ("json", root / "garbage.jsonl", f"cannot be read as json: Failed to load JSON from file "
+                                                         f"'{root / 'garbage.jsonl'}'"),
+        "empty parquet": ("parquet", root / "empty.parquet", f"{root / 'empty.parquet'} is empty (0 bytes)"),
+        "invalid parquet": ("parquet", root / "garbage.parquet", f"'{root / 'garbage.parquet'}'"),
+        "parquet of no rows": ("parquet", root / "no_rows.parquet", "no_rows.parquet"),
+    }
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+@pytest.mark.parametrize("case", ["empty json", "blank json", "invalid json", "empty parquet", "invalid parquet",
+                                  "parquet of no rows"])
+def test_a_datasets_file_that_is_empty_or_unreadable_is_one_source_error(tmp_path, capfd, case, streaming):
+    builder, path, says = damaged_files(tmp_path / "files")[case]
+    entry = source_entry(path, tmp_path / "s", column="text", streaming=streaming) | {"source": builder}
+    with pytest.raises(SourceError) as error:
+        plan_corpus("t", entry)
+    assert str(error.value).startswith("corpora.t") and says in str(error.value), str(error.value)
+    assert "\n" not in str(error.value)
+    assert "Failed to" not in capfd.readouterr().err, "datasets' own log line is not printed beside the message"
+    nothing_written(tmp_path / "s")
+
+
 def test_an_absolute_glob_in_data_files_is_read(files, tok, tmp_path):
     pattern = str(files["rstar"]["parquet"].parent / "rsta*.parquet")
     write(case_entry(files, "rstar-column", "parquet", tmp_path / "s") | {"data_files": pattern}, tok)
@@ -531,16 +770,17 @@ def budget_case(files, tok, tmp_path, case: str):
     return {
         "more tokens than the rows hold": ({"max_tokens": total + 1}, f"corpora.t: max_tokens={total + 1}, but the "
                                            f"selected rows hold {total} tokens ({len(train)} rows): lower max_tokens"),
-        "fewer tokens than the first row": ({"max_tokens": row_tokens[0] - 1},
-                                            f"corpora.t: max_tokens={row_tokens[0] - 1} is fewer than the first "
-                                            f"selected row's {row_tokens[0]} tokens: the selection leaves no sample"),
+        "fewer tokens than every row": ({"max_tokens": min(row_tokens) - 1},
+                                        f"corpora.t: max_tokens={min(row_tokens) - 1} is fewer than every selected "
+                                        f"row's tokens (the shortest has {min(row_tokens)}): the selection leaves no "
+                                        "sample"),
         "more samples than rows": ({"max_samples": len(train) + 1},
                                    f"corpora.t: max_samples={len(train) + 1}, but the selection leaves "
                                    f"{len(train)} rows"),
     }[case]
 
 
-@pytest.mark.parametrize("case", ["more tokens than the rows hold", "fewer tokens than the first row",
+@pytest.mark.parametrize("case", ["more tokens than the rows hold", "fewer tokens than every row",
                                   "more samples than rows"])
 def test_a_budget_the_selection_cannot_fill_is_refused_before_the_store(files, tok, tmp_path, case):
     keys, message = budget_case(files, tok, tmp_path, case)
@@ -628,7 +868,9 @@ def test_recipe_reports_every_config_error_before_anything_runs(files, tune_run,
 
 
 def test_recipe_reports_every_unreadable_corpus_and_writes_nothing(files, tune_run, tmp_path):
+    """Each in one line, and nothing else: no traceback, no line datasets logs of its own."""
     out = tmp_path / "stores"
+    damaged = damaged_files(tmp_path / "damaged")
     config = recipe_config(tmp_path / "c.yaml", {
         "good": case_entry(files, "rstar-column", "parquet", out / "good"),
         "column": source_entry(files["numina"]["parquet"], out / "column", column="answer"),
@@ -637,16 +879,26 @@ def test_recipe_reports_every_unreadable_corpus_and_writes_nothing(files, tune_r
         "held_out": case_entry(files, "numina-template", "json", out / "held_out", validation_size=34),
         "nulls": case_entry(files, "numina-template", "parquet", out / "nulls") | {
             "data_files": str(files["nosolution"]["parquet"])},
+        "empty": source_entry(damaged["empty json"][1], out / "empty", column="text", streaming=True),
+        "damaged": source_entry(damaged["invalid parquet"][1], out / "damaged", column="text"),
+        "no_rows": source_entry(damaged["parquet of no rows"][1], out / "no_rows", column="text", streaming=True),
     })
     result = tune_run(RECIPE, "--config", config)
     assert result.returncode != 0
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    said = [line for line in result.stderr.splitlines() if "Failed to" in line]  # datasets' words, in our lines only
+    assert said and all(line.startswith("  corpora.") for line in said), said
+    assert f"corpora.empty.data_files: {damaged['empty json'][1]} is empty (0 bytes)" in result.stderr
+    assert f"corpora.damaged: parquet {damaged['invalid parquet'][1]} (split train) cannot be read as parquet" in result.stderr
+    assert "corpora.no_rows: parquet" in result.stderr
     for message in ["corpora that cannot be read, nothing written:",
                     "corpora.column.column: no column 'answer' in parquet; its columns are ['source', 'problem', "
                     "'solution', 'messages']",
                     "corpora.template.template: no template field 'answer' in json; its columns are ['question', "
                     "'seed_question', 'seed_source', 'response', 'code']",
-                    "corpora.turns: row 0: turn 0 of 'conversations' has ['from', 'value'], not 'role' and 'content'",
-                    "validation_size=34 holds out 34 rows, but the source has 34 distinct non-empty rows",
+                    f"corpora.turns: row 0 of {files['infinity']['parquet']}: turn 0 of 'conversations' has ['from', "
+                    "'value'], not 'role' and 'content'",
+                    "validation_size=34 holds out 34 problems, but the source has 34 distinct problems",
                     "corpora.nulls: none of the 6 rows of parquet has a non-empty problem / solution"]:
         assert message in result.stderr, message
     assert not out.exists()
@@ -660,6 +912,7 @@ def recipe_stores(files, tok, tune_run, tmp_path_factory):
     root = tmp_path_factory.mktemp("recipe")
     _, train, _, _ = documented_selection(rendered("numina-template"), 0, 4)
     ends = np.cumsum([len(ids(tok, s)) for s in train])
+    taken, _, _ = documented_budget([len(ids(tok, s)) for s in train], int(ends[20]) - 1)
 
     # a JSON-lines file has a text in every record: "" for the null responses (empty samples)
     code_rows = [{"response_text": r["response"] or ""} for r in rstar_rows()]
@@ -679,7 +932,8 @@ def recipe_stores(files, tok, tune_run, tmp_path_factory):
         out = root / f"{nproc}proc"
         config = recipe_config(root / f"{nproc}proc.yaml", corpora(out))
         runs[nproc] = {"out": out, "config": config, "result": tune_run(RECIPE, "--config", config, nproc=nproc),
-                       "train": train, "ends": ends, "code": [r["response_text"] for r in code_rows]}
+                       "train": [s for s, t in zip(train, taken) if t], "max_tokens": int(ends[20]) - 1,
+                       "code": [r["response_text"] for r in code_rows]}
         assert runs[nproc]["result"].returncode == 0, runs[nproc]["result"].stderr[-3000:]
     return runs
 
@@ -688,11 +942,12 @@ def test_recipe_logs_what_it_selected_split_and_cut(recipe_stores, files, tok):
     run = recipe_stores[1]
     log, out = run["result"].stderr, run["out"]
     assert (f"corpora.target: parquet {files['numina']['parquet']} (split train): 40 rows, 3 null or empty skipped, "
-            "3 exact duplicates removed, 4 held out for validation") in log
-    train = run["train"][:20]
+            "3 exact duplicates removed; 34 rows of 34 problems") in log
+    train = run["train"]
     long = [len(ids(tok, s)) for s in train if len(ids(tok, s)) > SEQ]
-    assert long and f"corpora.target: 20 rows, {20 + sum(-(-n // SEQ) - 1 for n in long)} samples, {run['ends'][19]} " \
-                     f"tokens (max_tokens {run['ends'][20] - 1})" in log
+    assert len(train) > 20, "rows after the one that did not fit are taken"
+    assert long and f"corpora.target: {len(train)} rows, {len(train) + sum(-(-n // SEQ) - 1 for n in long)} samples, " \
+                     f"{sum(len(ids(tok, s)) for s in train)} tokens (max_tokens {run['max_tokens']})" in log
     assert (f"corpora.target: long samples (split): {len(long)} rows longer than the store's max_seq_len split into "
             f"{sum(-(-n // SEQ) for n in long)} samples; 0 rows cut, 0 tokens dropped") in log
     assert stored(out / "target") == expected_store(tok, train)

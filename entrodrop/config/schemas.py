@@ -32,7 +32,7 @@ from entrodrop.config.check import (
     string,
 )
 from entrodrop.data.corpus import LONG_SAMPLES
-from entrodrop.data.sources import LOCAL_BUILDERS, STYLES, template_fields
+from entrodrop.data.sources import FIRST_USER_TURN, LOCAL_BUILDERS, STYLES, UNKNOWN_ROLES, template_fields
 from entrodrop.errors import raise_problems
 from entrodrop.method.dropout import AUTO, SCHEDULES, SIGNALS, TARGETING
 
@@ -399,6 +399,9 @@ SOURCE_CORPUS = {
     "conversation_column": optional(string()),
     "conversation_style": one_of(*STYLES),
     "chat_template": boolean(),
+    # a turn whose role the style does not know (function_call): drop (left out), keep (as it is),
+    # or error; the log counts them
+    "unknown_roles": one_of(*UNKNOWN_ROLES),
     # the selection
     "seed": integer(minimum=0),
     "max_tokens": optional(integer(minimum=1)),
@@ -406,6 +409,9 @@ SOURCE_CORPUS = {
     "validation_size": optional(lambda v: None if (isinstance(v, float) and 0 < v < 1) or not integer(minimum=1)(v)
                                 else "must be a fraction in (0, 1) or a count of rows >= 1"),
     "validation_store_dir": optional(string()),
+    # what a row's problem is: a column (the prompt), first_user_turn, or null (each distinct row);
+    # every row of a held-out problem is held out, whitespace and case ignored (docs/data.md)
+    "problem_key": optional(string()),
     "long_samples": one_of(*LONG_SAMPLES),
     "store_dir": string(),
 }
@@ -426,6 +432,9 @@ def _source_rules(entry, prefix: str) -> List[str]:
             problems.append(f"{prefix}template={entry['template']!r} is not a format string ({e})")
     if entry["chat_template"] and entry["conversation_column"] is None:
         problems.append(f"{prefix}chat_template=True renders turns: it needs conversation_column")
+    if entry["problem_key"] == FIRST_USER_TURN and entry["conversation_column"] is None:
+        problems.append(f"{prefix}problem_key={FIRST_USER_TURN} reads the turns: it needs conversation_column, or name "
+                        "the prompt's column")
     if entry["max_tokens"] is not None and entry["max_samples"] is not None:
         problems.append(f"{prefix[:-1]}: max_tokens and max_samples are both set: choose one budget")
     if (entry["validation_size"] is None) != (entry["validation_store_dir"] is None):

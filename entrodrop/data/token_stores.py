@@ -3,10 +3,11 @@
 The plan's rows, in their order, are cut into blocks of ``samples_per_shard`` rows. Process p
 of N tokenizes blocks p, p + N, ... into part files (``<store_dir>/.parts-<key>/``); after each
 round of N blocks the processes share how many rows and tokens their blocks hold
-(``all_gather``), so all of them stop at the same round once a budget is met. Then one process
-lays the samples of the parts, in block order and up to the budget in whole rows
-(``sources.rows_within_budget``), into the store's shards (``SampleStoreWriter``), and removes
-the parts. A record longer than ``max_seq_len`` is split or cut there as the plan says, so a
+(``all_gather``: each row's tokens), so all of them offer the rows to the budget in the same
+order (``sources.Budget``: a row that does not fit what is left is skipped) and stop at the same
+round once it has ended. Then one process lays the samples of the rows the budget took, in
+block order (``sources.rows_within_budget``), into the store's shards (``SampleStoreWriter``),
+and removes the parts; the log says what the budget took and why it stopped. A record longer than ``max_seq_len`` is split or cut there as the plan says, so a
 block may hold more samples than rows, and the shards, of ``samples_per_shard`` samples, do not
 line up with blocks.
 
@@ -17,17 +18,18 @@ another key (an edited config) are removed: they are scratch, never a store.
 
 import hashlib
 import json
+import math
 import os
 import shutil
 from itertools import islice
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import numpy as np
 
 from entrodrop.data.corpus import sample_pieces
 from entrodrop.data.sample_store import SampleStoreWriter, sample_table, store_complete
-from entrodrop.data.sources import StorePlan, rows_within_budget
+from entrodrop.data.sources import Budget, StorePlan, rows_within_budget
 from entrodrop.errors import SourceError
 from entrodrop.temp_paths import temp_file
 
@@ -96,13 +98,14 @@ def write_token_store(plan: StorePlan, tokenizer, key: Dict[str, Any], max_seq_l
         parts.mkdir(parents=True, exist_ok=True)
     barrier()
 
-    num_blocks, rows, tokens, first_row, budget_met = 0, 0, 0, None, False
+    num_blocks, rows, tokens, shortest = 0, 0, 0, math.inf
+    budget = Budget(plan.max_tokens, plan.max_samples)
     blocks = plan.blocks(samples_per_shard)
-    while not budget_met:
+    while not budget.done:
         round_blocks = list(islice(blocks, world_size))  # every process reads the same rounds
         if not round_blocks:
             break
-        mine: Tuple[int, int, int] = (0, 0, 0)  # rows, tokens, the first row's tokens
+        mine: List[int] = []  # the tokens of each row of this process's block
         if rank < len(round_blocks):
             path = parts / f"block-{num_blocks + rank:06d}.npz"
             if path.exists():  # tokenized by a run that was killed
@@ -110,22 +113,22 @@ def write_token_store(plan: StorePlan, tokenizer, key: Dict[str, Any], max_seq_l
             else:
                 part = tokenize_block(tokenizer, round_blocks[rank](), max_seq_len, plan.long_samples)
                 _write_part(path, part)
-            mine = (len(part["row_pieces"]), int(part["lengths"].sum()), int(_row_tokens(part)[:1].sum()))
-        for block_rows, block_tokens, block_first_row in all_gather(mine):
-            first_row = block_first_row if first_row is None else first_row
-            rows, tokens = rows + block_rows, tokens + block_tokens
+            mine = _row_tokens(part).tolist()
+        for block_rows in all_gather(mine):  # in block order
+            for row_tokens in block_rows:
+                budget.offer(row_tokens)
+            rows, tokens = rows + len(block_rows), tokens + sum(block_rows)
+            shortest = min([shortest, *block_rows])
         num_blocks += len(round_blocks)
-        budget_met = ((plan.max_samples is not None and rows >= plan.max_samples)
-                      or (plan.max_tokens is not None and tokens >= plan.max_tokens))
     problem = None
     if rows == 0:
         problem = "the selection leaves no sample"
     elif plan.max_tokens is not None and tokens < plan.max_tokens:
         problem = (f"max_tokens={plan.max_tokens}, but the selected rows hold {tokens} tokens ({rows} rows): lower "
                    "max_tokens, or choose a larger source")
-    elif plan.max_tokens is not None and first_row > plan.max_tokens:
-        problem = (f"max_tokens={plan.max_tokens} is fewer than the first selected row's {first_row} tokens: the "
-                   "selection leaves no sample")
+    elif budget.rows == 0:
+        problem = (f"max_tokens={plan.max_tokens} is fewer than every selected row's tokens (the shortest has "
+                   f"{shortest}): the selection leaves no sample")
     elif plan.max_samples is not None and rows < plan.max_samples:
         problem = f"max_samples={plan.max_samples}, but the selection leaves {rows} rows"
     if problem:  # every rank knows: all raise, and the scratch goes (its key names this budget)
@@ -136,22 +139,27 @@ def write_token_store(plan: StorePlan, tokenizer, key: Dict[str, Any], max_seq_l
                 Path(plan.store_dir).rmdir()  # made for the scratch alone
         raise SourceError(f"{plan.name}: {problem}")
     barrier()  # every part is on disk
-    lines = _assemble(plan, key, parts, num_blocks, samples_per_shard) if rank == 0 else None
+    lines = _assemble(plan, key, parts, num_blocks, samples_per_shard) + plan.counted() if rank == 0 else None
     barrier()
     return lines
 
 
-def _samples(parts: Path, num_blocks: int, num_rows: int) -> Iterator[np.ndarray]:
-    """The samples of the first ``num_rows`` rows of the parts, in order, one part in memory at a time."""
-    left = num_rows
+def _samples(parts: Path, num_blocks: int, taken: np.ndarray) -> Iterator[np.ndarray]:
+    """The samples of the rows ``taken`` (a mask over every row of the parts), in order, one part in memory at a time."""
+    first_row, last = 0, int(np.flatnonzero(taken)[-1]) if taken.any() else -1
     for b in range(num_blocks):
-        part = _read_part(parts / f"block-{b:06d}.npz")
-        take = min(left, len(part["row_pieces"]))
-        ends = np.cumsum(part["lengths"][: int(part["row_pieces"][:take].sum())])
-        yield from (part["tokens"][end - n : end] for end, n in zip(ends.tolist(), part["lengths"].tolist()))
-        left -= take
-        if left == 0:
+        if first_row > last:
             return
+        part = _read_part(parts / f"block-{b:06d}.npz")
+        row_pieces = part["row_pieces"]
+        ends = np.cumsum(part["lengths"])
+        piece = 0
+        for row, take in zip(row_pieces.tolist(), taken[first_row : first_row + len(row_pieces)].tolist()):
+            if take:
+                yield from (part["tokens"][end - n : end] for end, n in
+                            zip(ends[piece : piece + row].tolist(), part["lengths"][piece : piece + row].tolist()))
+            piece += row
+        first_row += len(row_pieces)
 
 
 def _assemble(plan: StorePlan, key: Dict[str, Any], parts: Path, num_blocks: int, samples_per_shard: int) -> List[str]:
@@ -163,27 +171,28 @@ def _assemble(plan: StorePlan, key: Dict[str, Any], parts: Path, num_blocks: int
         row_pieces.append(part["row_pieces"])
         row_cut.append(part["row_cut"])
     row_tokens, row_pieces, row_cut = (np.concatenate(a) for a in (row_tokens, row_pieces, row_cut))
-    num_rows = rows_within_budget(row_tokens, plan.max_tokens, plan.max_samples)
-    num_samples = int(row_pieces[:num_rows].sum())
+    taken, budget = rows_within_budget(row_tokens, plan.max_tokens, plan.max_samples)
+    num_rows, num_samples = int(taken.sum()), int(row_pieces[taken].sum())
     writer = SampleStoreWriter(plan.store_dir, "tokens", key, num_samples, samples_per_shard, create=True,
                                source=plan.description)
     pending = set(writer.pending_shards())
-    samples = _samples(parts, num_blocks, num_rows)
+    samples = _samples(parts, num_blocks, taken)
     for shard in range(writer.num_shards):
         values = list(islice(samples, len(writer.shard_samples(shard))))
         if shard in pending:
             writer.write_shard(shard, values, sample_table(values))
     writer.finalize()
     shutil.rmtree(parts)
-    split = row_pieces[:num_rows] > 1
-    cut = row_cut[:num_rows] > 0
+    row_pieces, row_cut = row_pieces[taken], row_cut[taken]
+    split, cut = row_pieces > 1, row_cut > 0
     lines = [
-        f"{plan.name}: {num_rows} rows, {num_samples} samples, {int(row_tokens[:num_rows].sum())} tokens"
+        f"{plan.name}: {num_rows} rows, {num_samples} samples, {int(row_tokens[taken].sum())} tokens"
         + (f" (max_tokens {plan.max_tokens})" if plan.max_tokens is not None else "")
         + (f" (max_samples {plan.max_samples})" if plan.max_samples is not None else ""),
         f"{plan.name}: long samples ({plan.long_samples}): {int(split.sum())} rows longer than the store's max_seq_len "
-        f"split into {int(row_pieces[:num_rows][split].sum())} samples; {int(cut.sum())} rows cut, "
-        f"{int(row_cut[:num_rows].sum())} tokens dropped",
-        f"{plan.name}: token store complete at {plan.store_dir}",
+        f"split into {int(row_pieces[split].sum())} samples; {int(cut.sum())} rows cut, "
+        f"{int(row_cut.sum())} tokens dropped",
     ]
-    return lines
+    if plan.max_tokens is not None or plan.max_samples is not None:
+        lines.append(f"{plan.name}: {budget.describe()} ({len(row_tokens)} rows read)")
+    return lines + [f"{plan.name}: token store complete at {plan.store_dir}"]
