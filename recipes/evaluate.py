@@ -102,10 +102,8 @@ class EvaluateRecipe:
                 TorchtuneLM,  # imports lm-eval: only when tasks are set
             )
 
-            lm = TorchtuneLM(self._model, config.instantiate(cfg.tokenizer), self._device, ev.lm_eval.max_seq_len,
-                             ev.lm_eval.batch_size, ev.lm_eval.max_gen_toks, distributed=self._distributed,
-                             generation_batch_size=ev.lm_eval.generation_batch_size,
-                             compile_decode=ev.lm_eval.compile_decode, enable_thinking=ev.lm_eval.enable_thinking)
+            lm = TorchtuneLM.from_config(self._model, config.instantiate(cfg.tokenizer), self._device, ev.lm_eval,
+                                         distributed=self._distributed)
         self._evaluator = Evaluator(self._model, self._device, validation, ev.validation.seq_len,
                                     ev.validation.batch_size, lm, task_manager, ev.lm_eval, self._rank, self._world_size)
         self._lm_eval, self._target_group = ev.lm_eval, ev.lm_eval.target_group

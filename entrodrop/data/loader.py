@@ -68,6 +68,19 @@ class Budget:
         )
 
 
+def num_training_steps(total_tokens: int, global_batch_size: int, seq_len: int) -> int:
+    """The steps a budget of ``total_tokens`` token slots makes: whole global batches of
+    ``global_batch_size`` rows of ``seq_len`` slots (a remainder short of a batch is not trained).
+    The one count of steps: the budget (``plan_budget``) and the resume check of a run's output
+    directory (``entrodrop.train.run_dir.resume_run``) both call it.
+
+    Example:
+        >>> num_training_steps(8192, 4, 256), num_training_steps(8191, 4, 256)
+        (8, 7)
+    """
+    return total_tokens // (global_batch_size * seq_len)
+
+
 def plan_budget(total_tokens: int, global_batch_size: int, seq_len: int, target_ratio: float,
                 target_tokens: int, general_tokens: int) -> Budget:
     """Steps and target epochs of a run of ``total_tokens`` token slots.
@@ -84,7 +97,7 @@ def plan_budget(total_tokens: int, global_batch_size: int, seq_len: int, target_
         8
     """
     tokens_per_step = global_batch_size * seq_len
-    num_steps = total_tokens // tokens_per_step
+    num_steps = num_training_steps(total_tokens, global_batch_size, seq_len)
     problems = []
     if target_tokens <= 0:
         problems.append("the target corpus has no tokens")

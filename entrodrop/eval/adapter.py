@@ -127,6 +127,17 @@ class TorchtuneLM(TemplateLM):
         self._dp_size = dist.get_world_size() if distributed else 1
         self._dp_rank = dist.get_rank() if distributed else 0
 
+    @classmethod
+    def from_config(cls, model: torch.nn.Module, tokenizer, device: torch.device, lm_eval,
+                    distributed: bool = False) -> "TorchtuneLM":
+        """The adapter an ``evaluation.lm_eval`` config section describes (``max_seq_len``,
+        ``batch_size``, ``max_gen_toks``, ``generation_batch_size``, ``compile_decode``,
+        ``enable_thinking``), around ``model`` and ``tokenizer`` on ``device``; ``distributed``
+        shares the requests over the ranks of the default process group."""
+        return cls(model, tokenizer, device, lm_eval.max_seq_len, lm_eval.batch_size, lm_eval.max_gen_toks,
+                   distributed=distributed, generation_batch_size=lm_eval.generation_batch_size,
+                   compile_decode=lm_eval.compile_decode, enable_thinking=lm_eval.enable_thinking)
+
     @property
     def eot_token_id(self) -> int:
         return self._tokenizer.eos_id

@@ -109,6 +109,26 @@ def task_scoring(lm_eval_cfg) -> Dict:
                               "enable_thinking": lm_eval_cfg.enable_thinking}}
 
 
+def metric_fields(record: Dict) -> Dict[str, float]:
+    """An evaluation record as flat fields for the metric logger: ``val_loss_<bucket>``,
+    ``<group>_average``, ``signal_<measure>`` (``token_dropout.signal: loss``), and at the
+    evaluation that fixed j0 of ``midpoint: auto`` (only there) ``midpoint_epoch`` and
+    ``midpoint_step``.
+
+    Example:
+        >>> j0 = {"target_epoch": 1.5, "step": 6, "fixed_at_step": 12}
+        >>> metric_fields({"step": 12, "val_loss": {"all": 2.5}, "groups": {"code": 0.25}, "auto_midpoint": j0})
+        {'val_loss_all': 2.5, 'code_average': 0.25, 'midpoint_epoch': 1.5, 'midpoint_step': 6}
+    """
+    flat = {f"val_loss_{k}": v for k, v in record.get("val_loss", {}).items()}
+    flat.update({f"{g}_average": v for g, v in record.get("groups", {}).items()})
+    flat.update({f"signal_{k}": v for k, v in record.get("signal", {}).items()})
+    j0 = record.get("auto_midpoint")
+    if j0 and j0["fixed_at_step"] == record["step"]:
+        flat.update(midpoint_epoch=j0["target_epoch"], midpoint_step=j0["step"])
+    return flat
+
+
 def record_evaluation(eval_dir, record: Dict, target_group: str) -> Dict:
     """Append one evaluation to ``evals.jsonl`` and rewrite ``summary.json``: the best checkpoint
     by ``target_group`` average among the most complete scores (``most_complete``; by validation

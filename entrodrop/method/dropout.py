@@ -238,6 +238,24 @@ class TokenDropout:
     midpoint_unit: str
     seed: int
 
+    @classmethod
+    def from_config(cls, token_dropout, seed: int) -> "TokenDropout":
+        """The settings of a ``token_dropout`` config section, masks drawn from ``seed``. With
+        ``midpoint: auto`` the midpoint starts as None (not fixed yet): ``entrodrop.train.midpoint``
+        fixes it during the run. ``signal`` and the auto keys are read by those who use them.
+
+        Example:
+            >>> from omegaconf import OmegaConf
+            >>> td = OmegaConf.create({"targeting": "low", "gate_percentile": 0.5, "schedule": "sigmoid",
+            ...                        "gamma_max": 0.1, "sharpness": 0.2, "midpoint": "auto", "midpoint_unit": "epochs"})
+            >>> TokenDropout.from_config(td, seed=0).midpoint is None
+            True
+        """
+        return cls(token_dropout.targeting, token_dropout.gate_percentile, token_dropout.schedule,
+                   token_dropout.gamma_max, token_dropout.sharpness,
+                   None if token_dropout.midpoint == AUTO else token_dropout.midpoint, token_dropout.midpoint_unit,
+                   seed)
+
     def plan(self, entropy: torch.Tensor, document_ids: torch.Tensor, step: int, target_epoch: float,
              rows: range) -> Tuple[Optional[torch.Tensor], float, float]:
         """(drop mask or None, gamma_max(j), gamma_j) for ``rows`` of the step's global batch,

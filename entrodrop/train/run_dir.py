@@ -27,6 +27,7 @@ from entrodrop.checkpointing import (
     checkpoint_problem,
     latest_checkpoint,
 )
+from entrodrop.data.loader import num_training_steps
 from entrodrop.errors import ConfigError, NoCheckpointError, OutputDirError
 
 # Files a logger writes before the first step: torchtune's copy of the config (written by
@@ -91,6 +92,50 @@ def refuse_earlier_run(output_dir: str, found: List[str], resumable: bool) -> No
             "It cannot be resumed: it saved no whole checkpoint. Start again with overwrite=True (which moves it "
             "aside), or write elsewhere with another output_dir")
     raise OutputDirError(f"output_dir={output_dir} holds an earlier run:\n  " + "\n  ".join(found) + f"\n{ways}")
+
+
+def _run_dirs(cfg: DictConfig) -> Tuple[str, str, Optional[str]]:
+    """A training config's output directory, checkpoint directory and log directory (None for a
+    metric logger that writes no local files)."""
+    return cfg.output_dir, cfg.checkpointer.output_dir, cfg.metric_logger.get("log_dir")
+
+
+def find_earlier_run(cfg: DictConfig) -> List[str]:
+    """A run with ``resume: False`` looks at its directories: what an earlier run left there
+    (``earlier_run``), once it may go on. Raises ``OutputDirError`` (``refuse_earlier_run``) if
+    something is there and ``overwrite`` is False; reads, never writes, so that every process
+    can look and a refused run touches nothing.
+    """
+    output_dir, checkpoints, log_dir = _run_dirs(cfg)
+    found = earlier_run(checkpoints, log_dir or "", Path(output_dir) / "eval")
+    if not cfg.overwrite:
+        refuse_earlier_run(output_dir, found, resumable(checkpoints))
+    return found
+
+
+def clear_earlier_run(cfg: DictConfig, found: List[str]) -> List[str]:
+    """Make way for a fresh run (``overwrite: True``): move the earlier run ``found`` aside
+    (``move_aside``), and remove what killed saves left with no earlier run (nothing was moved);
+    a line for the log each. One process does this, after every process has looked."""
+    output_dir, checkpoints, log_dir = _run_dirs(cfg)
+    done = []
+    if found:
+        moved = move_aside(output_dir, [checkpoints, log_dir] if log_dir else [checkpoints])
+        done.append(f"overwrite=True: the earlier run was moved to {', '.join(map(str, moved))}")
+    return done + remove_killed_saves(checkpoints)
+
+
+def resume_run(cfg: DictConfig, config: Dict[str, Any], may_change: Sequence[str], added: Dict[str, Any],
+               removed: Sequence[str] = ()) -> Tuple[Dict[str, Any], Path]:
+    """``resume_state`` for a training config (``resume: True``): its latest checkpoint's state
+    and directory, once the config ``config`` (``plain(cfg)``) matches the checkpoint's but for
+    ``may_change`` (keys ``added`` since take their values), and its step fits the budget
+    (``num_training_steps``). ``removed`` is what ``remove_killed_saves`` removed first, named
+    with the rest of the directory when there is no checkpoint to resume."""
+    output_dir, checkpoints, log_dir = _run_dirs(cfg)
+    found = earlier_run(checkpoints, log_dir or "", Path(output_dir) / "eval") + list(removed)
+    num_steps = num_training_steps(cfg.total_tokens, cfg.global_batch_size, cfg.data.seq_len)
+    return resume_state(checkpoints, config, num_steps, may_change, found, added)
 
 
 def resume_state(checkpoint_dir: str, config: Dict[str, Any], num_steps: int,
@@ -257,6 +302,16 @@ def prune_checkpoints(checkpoint_dir: str, keep_last_n: Optional[int], keep: Opt
             shutil.rmtree(doomed)
         pruned.append(step)
     return pruned
+
+
+def prune_to_newest_and_best(checkpoint_dir: str, eval_dir: str, keep_last_n: Optional[int],
+                             keep_weights: bool) -> List[str]:
+    """``prune_checkpoints``, keeping the newest ``keep_last_n`` and the best checkpoint by
+    ``eval_dir``'s summary (``best_checkpoint``); a line for the log per checkpoint pruned. Run
+    after the newest evaluation is recorded, so a new best never leaves the old one behind."""
+    pruned = prune_checkpoints(checkpoint_dir, keep_last_n, keep=best_checkpoint(eval_dir), keep_weights=keep_weights)
+    return [f"keep_last_n_checkpoints={keep_last_n}: pruned {old}" + (" to its weights" if keep_weights else "")
+            for old in pruned]
 
 
 def differences(saved: Mapping[str, Any], current: Mapping[str, Any], may_change: Sequence[str],
