@@ -16,7 +16,7 @@ GPU_INSTALLED := $(VENV)/.installed-gpu
 ASSETS := assets/tiny/.built
 LIBRARY := $(wildcard entrodrop/*.py entrodrop/*/*.py)
 
-.PHONY: install assets test test-fast test-gpu demo clean
+.PHONY: install assets test test-fast test-gpu gpu-check demo clean
 
 install: $(INSTALLED)
 
@@ -49,7 +49,27 @@ $(GPU_INSTALLED): $(INSTALLED)
 test-gpu: $(ASSETS) $(GPU_INSTALLED)
 	@$(PY) -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else \
 	  f'make test-gpu: torch {torch.__version__} sees no CUDA GPU (its CUDA build: {torch.version.cuda}); it needs one, and a CUDA build of torch')"
-	$(PY) -m pytest -m gpu -n 0
+	$(PY) -m pytest -m gpu -n 0 --durations=0
+
+# On a lent GPU machine that starts bare, with no network (docs/performance.md, "Running the GPU
+# check"), carrying .whl/ (scripts/fetch_gpu_wheels.sh) and assets/ (make assets) from a machine
+# that has them: a virtual environment over the image's torch, the carried wheels installed
+# offline, this checkout linked, then scripts/gpu_check.py (the GPU suite and the quick
+# benchmarks, each under its own time cap; summary.md and summary.json in $OUT, else in
+# outputs/gpu_check/<time>). GPU_CHECK_ARGS passes it options, e.g. "--stages suite,generate".
+# No prerequisites: make's own (.venv, assets) would reach for the network.
+GPU_CHECK_VENV ?= /tmp/entrodrop-gpu-check
+gpu-check:
+	@ls .whl/*.whl >/dev/null 2>&1 || { echo "make gpu-check: no wheels in .whl/: run \
+	  'bash scripts/fetch_gpu_wheels.sh' where there is a network, and carry .whl"; exit 1; }
+	@test -f $(ASSETS) || { echo "make gpu-check: no $(ASSETS): run 'make assets' first, and carry assets"; exit 1; }
+	python3 -m venv --system-site-packages $(GPU_CHECK_VENV)
+	SP=$$($(GPU_CHECK_VENV)/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])") && \
+	python3 -c "import site; print('\n'.join(site.getsitepackages()))" > $$SP/_parent.pth && \
+	$(GPU_CHECK_VENV)/bin/python -m pip install -q --no-index --no-deps --no-compile .whl/*.whl && \
+	export PYTHONPATH=$(CURDIR):$$SP HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PYTHONUNBUFFERED=1 && \
+	$(GPU_CHECK_VENV)/bin/python scripts/link_repo.py && \
+	$(GPU_CHECK_VENV)/bin/python scripts/gpu_check.py $(GPU_CHECK_ARGS)
 
 # FULL=1 make demo: the longer version.
 demo: $(ASSETS)

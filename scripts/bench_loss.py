@@ -153,27 +153,27 @@ def main() -> None:
     runs += [("liger", "liger-kernel fused linear cross entropy", 0)] if cuda else []
     print(f"{args.tokens} tokens x width {args.dim}, weight {args.vocab} x {args.dim}, {'bf16' if cuda else 'fp32'} on "
           f"{args.device}, forward + backward; full logits would be {logits_bytes / GIB:.1f} GiB in fp32")
-    rows, threads, reference = [], "?", None
+    memory = "max_memory_allocated" if cuda else "peak RSS"
+    print(f"median of {args.repeats} runs; peak memory is {memory} above the inputs\n")
+    # Each row as it is measured: a run cut off by a time limit (make gpu-check) keeps the rows it finished.
+    print("| loss | seconds | peak extra GiB | loss value |")
+    print("|---|---|---|---|", flush=True)
+    threads, reference = "?", None
     for variant, label, chunk_size in runs:
         if variant == "unfused" and not cuda and available_bytes() < 3.2 * logits_bytes:
-            rows.append((label, "skipped", f"needs ~{3.2 * logits_bytes / GIB:.0f} GiB free", ""))
+            print(f"| {label} | skipped | needs ~{3.2 * logits_bytes / GIB:.0f} GiB free |  |", flush=True)
             continue
         try:
             out = run_child(variant, args, chunk_size)
         except RuntimeError as e:  # out of memory, liger-kernel missing: a row that says so
-            rows.append((label, "failed", "-", str(e).splitlines()[-1][:100]))
+            print(f"| {label} | failed | - | {str(e).splitlines()[-1][:100]} |", flush=True)
             continue
         reference = out["loss"] if variant == "unfused" else reference
         difference = "" if reference is None else f" ({abs(out['loss'] - reference) / abs(reference):.1e} rel.)"
-        rows.append((label, f"{statistics.median(out['seconds']):.3f}", f"{out['peak_extra_bytes'] / GIB:.2f}",
-                     f"{out['loss']:.6f}{difference}"))
+        print(f"| {label} | {statistics.median(out['seconds']):.3f} | {out['peak_extra_bytes'] / GIB:.2f} | "
+              f"{out['loss']:.6f}{difference} |", flush=True)
         threads = out["threads"]
-    memory = "max_memory_allocated" if cuda else "peak RSS"
-    print(f"median of {args.repeats} runs, {threads} threads; peak memory is {memory} above the inputs\n")
-    print("| loss | seconds | peak extra GiB | loss value |")
-    print("|---|---|---|---|")
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
+    print(f"\n{threads} threads")
 
 
 if __name__ == "__main__":
