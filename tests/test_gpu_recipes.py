@@ -27,8 +27,10 @@ LOSSES = {
     "liger": ["loss.impl=liger"],
     "chunked": CHUNKED_CE,
 }
-# 6 steps of 8 x 256 tokens, tokens dropped from the first step.
-SHORT = ["total_tokens=12288", "token_dropout.midpoint=0", *NO_EVAL]
+# 4 steps of 8 x 256 tokens, tokens dropped from the first step. Steps cost little on a GPU; each
+# `tune run` costs its start-up and, compiled, its compile (the inductor cache on disk, shared by
+# the runs of one machine, spares the later runs most of it).
+SHORT = ["total_tokens=8192", "token_dropout.midpoint=0", *NO_EVAL]
 
 
 def on(device) -> list:
@@ -45,16 +47,18 @@ def eager_run(gpu, data, tune_run, tmp_path_factory) -> dict:
 @pytest.mark.parametrize("loss", LOSSES)
 def test_compiled_training_with_checkpointing_tracks_eager_training_for_each_loss(gpu, data, tune_run, tmp_path,
                                                                                   eager_run, loss):
-    """bf16, the layers compiled, half of them checkpointed: every loss finite, and the first
-    three within 1e-2 of eager training with the fused loss (bf16 rounds differently in fused
-    kernels; Adam's first steps amplify that a little). The same tokens are dropped: the masks
-    depend on the seed and the data alone."""
+    """bf16, the layers compiled and checkpointed: every loss finite, and the first three within
+    1e-2 of eager training with the fused loss (bf16 rounds differently in fused kernels; Adam's
+    first steps amplify that a little). The same tokens are dropped: the masks depend on the
+    seed and the data alone. Every layer is checkpointed: one compiled layer graph (forward,
+    backward, flex attention's kernels) serves both, where half of them checkpointed compiled
+    two; the loss lies outside the compiled layers, so the three runs compile the same graph."""
     if loss == "liger":
         cuda_only(gpu, "liger-kernel's triton kernel")
     run(tune_run, *train_args(SINGLE, data, tmp_path, *on(gpu), *SHORT, *LOSSES[loss], "compile=True",
-                              "activation_checkpointing_share=0.5"))
+                              "activation_checkpointing_share=1.0"))
     steps = logged(tmp_path)
-    assert sorted(steps) == sorted(eager_run) == [1, 2, 3, 4, 5, 6]
+    assert sorted(steps) == sorted(eager_run) == [1, 2, 3, 4]
     assert all(math.isfinite(float(s["loss"])) for s in steps.values())
     for step in (1, 2, 3):
         assert float(steps[step]["loss"]) == pytest.approx(float(eager_run[step]["loss"]), rel=1e-2), step
@@ -94,9 +98,14 @@ def test_fsdp2_in_one_process_trains_as_the_single_device_recipe(gpu, data, tune
         assert fsdp[step]["target_dropped"] == single[step]["target_dropped"]
 
 
-def test_the_torchtune_and_hf_backends_score_alike_on_the_device(gpu, data, tune_run, tiny_assets, tmp_path):
-    """recipes/evaluate.py on the tiny base checkpoint, fp32: HumanEval log-likelihoods (16
-    problems) from the project's adapter and from lm-eval's HFLM agree to 1e-4, as on the CPU."""
+def test_the_torchtune_and_hf_backends_score_alike_on_the_device(gpu, tune_run, tiny_assets, tmp_path):
+    """recipes/evaluate.py on the tiny base checkpoint, fp32: HumanEval log-likelihoods (8
+    problems) from the project's adapter and from lm-eval's HFLM agree to 1e-4, as on the CPU.
+
+    No validation loss here: both backends compute it with the same torchtune model, so it
+    compares nothing across backends, and on a GPU it ran flex attention, compiled afresh in
+    each process (with the tokenize and precompute runs it needed, this test took over 185 s
+    on an H100; tests/test_gpu_kernels.py checks flex attention)."""
     pytest.importorskip("transformers")
     scores = {}
     for backend in ("torchtune", "hf"):
@@ -105,13 +114,12 @@ def test_the_torchtune_and_hf_backends_score_alike_on_the_device(gpu, data, tune
             shutil.copytree(tmp_path / "torchtune", eval_dir)
         run(tune_run, "recipes/evaluate.py", "--config", "configs/tiny/qwen3_evaluate.yaml", f"device={gpu.type}",
             f"output_dir={tmp_path}", f"checkpoints={tiny_assets / 'qwen3'}", f"eval_dir={eval_dir}",
-            f"backend={backend}", "evaluation.lm_eval.limit=16",
-            *[a for a in data if a.startswith("evaluation.validation.")])
+            f"backend={backend}", "evaluation.lm_eval.limit=8", "evaluation.validation.target_tokens=null",
+            "evaluation.validation.target_entropy=null")
         [record] = [json.loads(line) for line in (eval_dir / "evals.jsonl").read_text().splitlines()
                     if json.loads(line).get("backend") == backend]
         scores[backend] = record
     adapter, hf = scores["torchtune"], scores["hf"]
-    assert hf["val_loss"] == pytest.approx(adapter["val_loss"], rel=1e-6)
     metrics = {k: v for k, v in adapter["tasks"]["humaneval_likelihood"].items() if isinstance(v, float)}
     assert metrics
     for metric, value in metrics.items():
