@@ -3,7 +3,8 @@
 The hub is out of reach here, so each task runs end to end on a local file in its dataset's own
 schema (a YAML that includes the shipped one and reads the file), answered by a stand-in model:
 one reply right, one wrong, so every score is 0.5, and the prompts are checked against
-OpenCompass's templates.
+OpenCompass's templates. The letter is read as a person reads it (``answer_letter``);
+``first_option`` re-states OpenCompass's reader for the comparison script.
 """
 
 import json
@@ -15,7 +16,7 @@ from lm_eval.api.model import LM
 from lm_eval.tasks import TaskManager
 from lm_eval.tasks._yaml_loader import load_yaml
 
-from entrodrop.tasks.choices import first_capital, first_option
+from entrodrop.tasks.choices import answer_letter, first_option
 
 TASKS = Path(__file__).resolve().parent.parent / "entrodrop" / "tasks"
 
@@ -39,8 +40,39 @@ def test_first_option_follows_opencompass(reply, options, letter):
     assert first_option(reply, options) == letter
 
 
-def test_first_capital_takes_the_first_upper_case_character():
-    assert first_capital(" B\n") == "B" and first_capital("The answer is C") == "T" and first_capital("b") == ""
+@pytest.mark.parametrize("reply, letter", [
+    ("B", "B"), (" C\n", "C"), ("\nB", "B"), ("**D**", "D"), ("(A)", "A"), ("B) the heart", "B"),
+    ("The answer is B.", "B"), ("Answer: C", "C"), ("answer: d", "D"), ("ANSWER: A", "A"),
+    ("I think it's (D)", "D"), ("The correct answer is D) because", "D"), ("The answer is: **C**", "C"),
+    ("A is tempting, but the answer is C.", "C"),  # the last answer stated
+    ("At first I said the answer is A. On reflection, the answer is B.", "B"),
+    ("The heart pumps blood, so B is correct.", "B"), ("I'd go with C.", "C"), ("Option B", "B"),
+    ("A person needs oxygen: the best choice is D", "D"),  # the article A is no option
+    ("答案是C", "C"), ("\\boxed{B}", "B"), ("<think>Maybe A.</think>The answer is C.", "C"),
+    ("Because of this, none fits.", ""), ("No idea.", ""),
+])
+def test_answer_letter_reads_the_reply_as_a_person_does(reply, letter):
+    assert answer_letter(reply) == letter
+
+
+def test_answer_letter_reads_an_option_named_by_its_text_when_only_one_is():
+    options = ["lung", "heart", "skin", "bone"]
+    assert answer_letter("The heart.", "ABCD", options) == "B"
+    assert answer_letter("Not the lung but the skin?", "ABCD", options) == ""  # two named: no choice
+    assert answer_letter("Option C", "AB") == "" and answer_letter("The answer is B", "AB") == "B"  # PIQA: A, B
+
+
+@pytest.mark.parametrize("task", ["hellaswag_gen.yaml", "arc_challenge_gen.yaml", "piqa_gen.yaml",
+                                  "_mmlu_gen_template_yaml"])
+def test_a_chat_answer_finishes_and_is_read(task):
+    """A chat answer may open with a newline and reason in paragraphs before its letter: the
+    stops leave it whole and the limit leaves room for it."""
+    settings = load_yaml(TASKS / task, resolve_func=False)["generation_kwargs"]
+    reply = "\nLet me think.\n\nOption A fails here, and so does option C.\n\nThe answer is B."
+    for stop in settings["until"]:
+        reply = reply.split(stop)[0]
+    assert answer_letter(reply, "AB" if "piqa" in task else "ABCD") == "B"
+    assert settings["max_gen_toks"] >= 256
 
 
 def shot_hellaswag(i):
@@ -83,12 +115,12 @@ MMLU = [
 REPLIES = {
     "A woman puts dough": "\nA",
     "hoists the sail": "The answer is C.",  # gold B
-    "plants take in": "I think A or B",  # gold A; OpenCompass's rule reads B
+    "plants take in": "I think A or B",  # gold A; no choice made, the last letter is read
     "melts ice": "B",  # gold 2 -> B
     "open a jar": " B",
-    "dry wet hair": "answer: a",  # gold A; lower case is no option
-    "pumps blood": " B",
-    "chambers": "The answer is C",  # gold C; the first capital is T
+    "dry wet hair": "\nUsing a spoon would not dry anything, so the answer is B.",  # gold A
+    "pumps blood": "\nThe heart pumps blood, so the answer is B.",  # gold B; the first capital is T
+    "chambers": "Two atria and two ventricles make five? The answer is D.",  # gold C
     "Anatomy one": " A", "Anatomy two": " C", "Anatomy three": " D",  # the aggregation test
     "Virology one": " A",
 }

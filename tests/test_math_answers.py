@@ -77,13 +77,22 @@ CASES = [
          False, "outside the tolerance", error="0.01"),
     Case("olympiadbench", "$2024$", "So the final answer is \\boxed{2004}.", False, "a tolerance for a whole number",
          error="0.01"),
+    # Read as one number here: math-verify alone reads the thin space ``\,`` as a product (1 * 0).
+    Case("college_math", "$1000$", "\\boxed{1\\,000}", True, "thin-space thousands separator"),
+    Case("svamp", 5.0, "The answer is 5. Check: 5 + 3 = 8 pens.", True, "a number after the stated answer"),
+    Case("svamp", 0.75, "He ate 3 of the 4 pieces. The answer is 3/4.", True, "a fraction"),
+    Case("svamp", 10.0, "5 of 50 is 10\\%. The answer is $10\\%$.", True, "a percent sign"),
+    Case("svamp", 1000.0, "250 \\times 4 = 1 000. $$\\boxed{1 000}$$", True, "a space separator in a display box"),
+    Case("college_math", "$-3$", "So $x = -3$.\n\nThe final answer is $-3$.", True, "unboxed final answer"),
+    Case("olympiadbench", "$12$", "So the final answer is $12$.", True, "unboxed final answer sentence"),
+    Case("olympiadbench", "$-2, 2$", "So the final answer is $x=2$ and $x=-2$.", True, "unboxed answers",
+         multiple=True),
+    Case("olympiadbench", "$5$", "所以最终答案是$5$。", True, "unboxed Chinese final answer"),
     # Known disagreements: a grader accepts these, math-verify does not.
     Case("college_math", "$\\frac{\\pi}{2}$", "\\boxed{90^\\circ}", True, "degrees for radians"),
-    Case("college_math", "$1000$", "\\boxed{1\\,000}", True, "thin-space thousands separator"),
 ]
-# Cases where math-verify 0.9 and a human grader differ: degrees are not read as radians, and a
-# LaTeX thin space ``\,`` between digit groups reads as a product (1 * 0).
-KNOWN_DISAGREEMENTS = {"degrees for radians", "thin-space thousands separator"}
+# Cases where math-verify 0.9 and a human grader differ: degrees are not read as radians.
+KNOWN_DISAGREEMENTS = {"degrees for radians"}
 
 
 def score(case: Case) -> bool:

@@ -6,6 +6,7 @@ that includes the shipped one and points it at the file), by a stand-in model th
 problems right and some wrong. The answer checks and the code runner are tested directly.
 """
 
+import ast
 import base64
 import json
 import pickle
@@ -25,12 +26,13 @@ from entrodrop.eval.task_checks import (
     runs_model_code,
     task_metrics,
 )
+from entrodrop.tasks.code_extract import called_function, code_in_reply, program
 from entrodrop.tasks.livecodebench import (
     decode_tests,
-    extract_code,
     prompt,
     run_tests,
     sandbox,
+    solution,
 )
 from entrodrop.tasks.math_answers import (
     boxed_answer,
@@ -61,6 +63,11 @@ COLLEGE_MATH = [
      "answer": "$\\frac{1}{2}$", "license": "test", "data_topic": "college_math.calculus"},
     {"data_source": "college_math.test", "question_number": "2", "question": "Solve $2x + 6 = 0$ for $x$.",
      "answer": "$-3$", "license": "test", "data_topic": "college_math.algebra"},
+]
+GSM8K = [  # lm-eval's gsm8k fields; the answer's number follows "####"
+    {"question": "Janet's ducks lay 16 eggs per day. She eats three and bakes with four. She sells the rest "
+                 "for $2 each. How much does she make?", "answer": "16 - 3 - 4 = 9 eggs, 9 * 2 = 18.\n#### 18"},
+    {"question": "A store sold 250 shirts at $4 each. How much did it make?", "answer": "250 * 4 = 1000\n#### 1000"},
 ]
 OLYMPIADBENCH = [
     {"id": 1, "subfield": "Algebra", "context": None, "question": "Find all real $x$ with $x^2 = 4$.",
@@ -94,6 +101,8 @@ LIVECODEBENCH = [
 # The stand-in model's answer to each problem: the first right, the second wrong.
 ANSWERS = {
     "gave 3 of them": "Jack keeps 8 - 3 = 5 pens. The answer is 5.\n\n",
+    "ducks lay": "She sells 9 eggs for $2 each.\n\n$$\\boxed{18}$$",  # lm-eval's gsm8k reads "$$" as the number
+    "250 shirts": "250 * 4 = 100. The answer is 100.",
     "6 rows of 4": "6 + 4 = 10. The answer is 10.\n\n",
     "int_0^1": "The integral is x^2/2 from 0 to 1, so \\boxed{\\frac12}.",
     "2x + 6": "Subtract 6 and divide: \\boxed{3}.",
@@ -125,6 +134,9 @@ class CannedLM(LM):
 
 LOCAL = {  # task -> (problems, the split it reads, overrides to read a local JSON-lines file, metric)
     "svamp": (SVAMP, "test", {"dataset_path": "json"}, "acc"),
+    # lm-eval's 5 shots come from the hub's train split, which a local copy lacks
+    "gsm8k_answer": (GSM8K, "test", {"dataset_path": "json", "dataset_name": None, "num_fewshot": 0,
+                                     "training_split": None, "fewshot_split": None}, "acc"),
     "college_math": (COLLEGE_MATH, "test", {}, "acc"),
     "olympiadbench_oe_to_maths_en_comp": (OLYMPIADBENCH, "train", {"dataset_path": "json", "dataset_name": None},
                                           "acc"),
@@ -190,7 +202,7 @@ def test_olympiadbench_is_the_unweighted_mean_of_its_subsets(task_manager, monke
 
 
 def test_every_shipped_task_is_registered(task_manager):
-    assert {"svamp", "college_math", "olympiadbench", "livecodebench_v1",
+    assert {"gsm8k_answer", "svamp", "college_math", "olympiadbench", "livecodebench_v1",
             "humaneval_likelihood", "humaneval_pass1", "humaneval_sandbox", "mbpp_sandbox"} <= set(task_manager.all_tasks)
 
 
@@ -284,9 +296,16 @@ def test_livecodebench_prompt_extraction_and_test_decoding():
     stdin, functional = LIVECODEBENCH
     assert "stdin" in prompt(stdin) and "class Solution" in prompt(functional)
     assert prompt(stdin).endswith("### Answer: (use the provided format with backticks)\n\n")
-    assert extract_code("```python\nprint(1)\n```\nmore text") == "print(1)"
-    assert extract_code("```python\nprint(1)") == "print(1)"
-    assert extract_code("print(1)\n") == "print(1)"
+    assert solution("```python\nprint(1)\n```\nmore text", stdin) == "print(1)"
+    assert solution("```python\nprint(1)", stdin) == "print(1)"  # a fence cut by the token limit
+    assert solution("print(1)\n", stdin) == "print(1)"
+    assert solution("```\nprint(1)\n```", stdin) == "print(1)"  # a fence without a language
+    # A method body continues the starter code; a whole class is the program.
+    assert solution("```python\nreturn x * 2\n```", functional) == (
+        "class Solution:\n    def double(self, x: int) -> int:\n        return x * 2\n")
+    assert solution("Sure:\n```python\nclass Solution:\n    def double(self, x):\n        return 2 * x\n```\n"
+                    "print(Solution().double(3))", functional) == (
+        "class Solution:\n    def double(self, x):\n        return 2 * x\n")
     assert decode_tests(stdin["private_test_cases"]) == [{"input": "10 -4\n", "output": "6\n", "testtype": "stdin"}]
     assert decode_tests(stdin["public_test_cases"])[0]["output"] == "3\n"
 
@@ -313,3 +332,66 @@ def test_livecodebench_refuses_to_run_code_unless_allowed(monkeypatch):
     monkeypatch.delenv("HF_ALLOW_CODE_EVAL", raising=False)
     with pytest.raises(RuntimeError, match="allow_code_execution"):
         sandbox([["print(3)"]], [LIVECODEBENCH[0]])
+
+
+HUMANEVAL_PROMPT = ('import re\n\n\ndef words(text: str) -> list:\n    """The words of text."""\n'
+                    '    return re.findall(r"\\w+", text)\n\n\n'
+                    'def count_words(text: str) -> int:\n    """How many words text has.\n    >>> count_words("a b")\n'
+                    '    2\n    """\n')
+
+
+@pytest.mark.parametrize("reply", [
+    "    return len(words(text))\n",  # a base model's continuation
+    "    return len(words(text))\n\n\ndef check(candidate):\n    assert candidate('') == 0\n",  # ... and its own tests
+    "```python\nreturn len(words(text))\n```",  # a body in a fence, its indentation lost
+    "Here you go:\n\n```python\ndef count_words(text: str) -> int:\n    return len(words(text))\n```\n"
+    "It reuses `words`.",
+    "```python\nprint(count_words('a b'))\n```\nThe function:\n```python\ndef count_words(text):\n"
+    "    return len(re.findall(r'\\w+', text))\n```",  # an example block first, then the function
+    "def count_words(text):\n    return len(words(text))\n\nassert count_words('a b') == 3  # a wrong example\n"
+    "print(count_words('x'))",
+    "The function is:\ndef count_words(text):\n    return len(words(text))\nThat is all.",
+    "```python\ndef count_words(text: str) -> int:\n    return len(words(text))\n",  # a fence cut by the token limit
+])
+def test_the_program_is_the_one_a_person_reads_in_the_reply(reply):
+    code = program(reply, HUMANEVAL_PROMPT, "count_words")
+    namespace = {}
+    exec(compile(code, "<program>", "exec"), namespace)  # the project's own strings, not model output
+    assert namespace["count_words"]("one two three") == 3
+    assert code.startswith(HUMANEVAL_PROMPT.rstrip())  # its import and helper kept
+    assert not any(isinstance(node, ast.Assert) for node in ast.parse(code).body)  # examples dropped
+
+
+def test_code_is_found_between_markers_in_quotes_and_after_prose():
+    code = "def square(x):\n    return x * x"
+    assert code_in_reply(f"[BEGIN]\n '{code}' \n[DONE]") == code  # OpenCompass's MBPP shots quote the code
+    assert code_in_reply(f"[BEGIN]\n{code}\n") == code
+    assert code_in_reply(f"'{code}'") == code
+    assert code_in_reply(code.replace("square", "sq\\_uare")) == code.replace("square", "sq_uare")  # Markdown's \_
+    assert code_in_reply(f"You can square it like this:\n{code}\nThis returns x squared.") == code
+    draft = "<think>```python\ndef square(x):\n    return x\n```</think>"  # a reasoning model's draft
+    assert code_in_reply(draft + "```python\n" + code + "\n```") == code
+    future = "from __future__ import annotations\n"  # it must come first: the prompt is left out
+    assert program(future + code, "def square(x):\n    '''x * x'''\n", "square") == future + code + "\n"
+    assert called_function("assert math.isclose(area(2), 6)", "import math\ndef area(r):\n    return 3 * r") == "area"
+    assert program("No code here, sorry.", "", "square") == "No code here, sorry."  # kept: it then fails its tests
+
+
+def until(task: str) -> list:
+    return yaml.safe_load((TASKS / f"{task}.yaml").read_text().replace("!function", ""))["generation_kwargs"]["until"]
+
+
+def cut(reply: str, stops: list) -> str:
+    """The reply as generation returns it: up to its first stop string."""
+    for stop in stops:
+        reply = reply.split(stop)[0]
+    return reply
+
+
+@pytest.mark.parametrize("task", ["humaneval_sandbox", "mbpp_sandbox", "livecodebench_v1"])
+@pytest.mark.parametrize("fence", ["```python", "```"])
+def test_code_task_stops_leave_a_fenced_chat_reply_whole(task, fence):
+    reply = (f"Here is my solution.\n\n{fence}\n# Count with a loop.\nclass Counter:\n    pass\n\n\ndef f(xs):\n"
+             f"    if not xs:\n        return 0\n    return len(xs)\n```\n\nExample:\n{fence}\nprint(f([1, 2]))\n```")
+    code = code_in_reply(cut(reply, until(task)), "f")
+    assert "return len(xs)" in code and "class Counter" in code

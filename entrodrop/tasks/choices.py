@@ -1,20 +1,35 @@
-"""Generative multiple choice in OpenCompass's way: the model writes an option letter, which is
-read back out of its reply and compared with the gold letter.
+"""Generative multiple choice: the model writes an option, which is read back out of its reply
+and compared with the gold letter.
 
-``first_option`` follows OpenCompass's ``first_option_postprocess``
-(``opencompass/utils/text_postprocessors.py``): a fixed list of patterns is tried in order on the
-stripped reply (Chinese answer cues, an option alone at the end of the reply, ``ANSWER:``
+``answer_letter`` reads the option as a person reads it, for every letter task here (MMLU,
+HellaSwag, ARC-Challenge, PIQA). Each rule below is tried in turn, and the first that finds a
+letter decides; within a rule the last occurrence counts (a chat answer that reconsiders ends
+with its final choice):
+
+1. the answer stated: "The answer is B", "Answer: (C)", "the correct answer would be D",
+   "\\boxed{A}", "答案是C" (a lower-case letter too, when it stands alone: "Answer: c");
+2. an option called right or chosen: "B is correct", "the best option is C", "I'd go with D";
+3. a reply that opens with the letter: "B", "B.", "(B)", "B) heart", "B: heart";
+4. an option named: "(D)", "option D";
+5. the one option whose text the reply names (given the options' texts), when only one is;
+6. the last option letter standing alone as a word ("A" followed by a word is the article).
+
+No letter: "" (wrong). A reasoning model's thought (up to ``</think>``) and Markdown emphasis
+are dropped first.
+
+``first_option`` re-states OpenCompass's ``first_option_postprocess``
+(``opencompass/utils/text_postprocessors.py``, commit a5acc4bb) in this project's code, for the
+comparison in ``scripts/compare_opencompass.py``: a fixed list of patterns is tried in order on
+the stripped reply (Chinese answer cues, an option alone at the end of the reply, ``ANSWER:``
 (any case), "The (correct) answer is (X)", an option standing alone, "1." followed by the rest,
 then the cushion patterns ``X:`` and any option letter); the first pattern that matches and whose
 capture (or, with an empty capture, the whole match) holds an option letter decides, and that
 letter is the first of ``options`` (in the options' order, not the text's) found there. A match
 without an option letter moves on to the next pattern. No option letter anywhere: "" (wrong).
-
-``first_capital`` follows its ``first_capital_postprocess``: the reply's first upper-case
-character, used by OpenCompass's ``mmlu_gen_4d595a``.
 """
 
 import re
+from typing import Sequence
 
 import datasets
 
@@ -92,9 +107,65 @@ def first_option(text: str, options: str = "ABCD") -> str:
     return ""
 
 
-def first_capital(text: str) -> str:
-    """The first upper-case character of the reply (OpenCompass's ``first_capital_postprocess``)."""
-    return next((c for c in text if c.isupper()), "")
+def _letter_rules(o: str) -> list:
+    """``answer_letter``'s rules, in order, for the option letters ``o``: each a list of
+    patterns whose group 1 is the letter."""
+    end = r"(?![A-Za-z0-9])"  # the letter is a word of its own: not the B of "Because"
+    verb = r"(?:[^\n.:]{0,30}?\b(?i:is|(?:would|should|will|must) be)\b)?"  # "answer ... is"; not "might be"
+    right = r"(?i:correct|right|best|true)\b"
+    return [
+        [rf"(?i:\banswer\b){verb}\s*[:=\-–]?\s*(?i:option|choice)?\s*[(\[]?([{o}]){end}",
+         rf"(?i:\banswer\b){verb}\s*[:=]\s*[(\[]?([{o.lower()}])(?:[)\].,]|\s*$)",
+         rf"\\boxed\{{\s*(?:\\text(?:bf)?\{{)?\s*\(?([{o}])\)?",
+         rf"答案(?:应该)?(?:是|为|选)?\s*[:：]?\s*[(（]?([{o}])"],
+        [rf"(?<![A-Za-z])[(\[]?([{o}])[)\]]?\s+(?i:is|seems|appears)\s+(?i:to be\s+)?(?i:the\s+)?{right}",
+         rf"(?i:\b(?:correct|right|best)\s+(?:option|choice|letter))\s*(?i:is|would be)?\s*[:=]?\s*[(\[]?([{o}]){end}",
+         rf"(?i:\b(?:choose|chose|pick|select|go with|going with|say))\s+(?i:option\s+|choice\s+)?[(\[]?([{o}]){end}"],
+        [rf"^\s*[(\[]?([{o}])(?:[)\].:：,]|\s*$|\s*\n|\s+[-–—])",
+         rf"^\s*(?i:option|choice)\s*[(\[]?([{o}]){end}"],
+        [rf"\(([{o}])\)", rf"(?i:\b(?:option|choice))\s+([{o}]){end}"],
+    ]
+
+
+def _named_option(text: str, options: str, choices: Sequence[str]) -> str:
+    """The option whose text ``text`` names, when exactly one option's is named (texts with a
+    letter and two characters or more, matched whole and in any case), else ""."""
+    named = [letter for letter, choice in zip(options, choices)
+             if len(choice.strip()) >= 2 and re.search(r"[^\W\d_]", choice)
+             and re.search(rf"(?<!\w){re.escape(choice.strip().rstrip('.'))}(?!\w)", text, re.IGNORECASE)]
+    return named[0] if len(named) == 1 else ""
+
+
+def answer_letter(text: str, options: str = "ABCD", choices: Sequence[str] = ()) -> str:
+    """The option letter a person reads in a reply (the module docstring lists the rules), or "".
+
+    Args:
+        text (str): the model's reply.
+        options (str): the option letters, e.g. "ABCD" (PIQA: "AB").
+        choices (Sequence[str]): the options' texts in ``options`` order, for rule 5 (may be empty).
+
+    Returns:
+        str: one letter of ``options``, or "".
+
+    Example:
+        >>> [answer_letter(r) for r in ["The answer is B.", "Answer: C", "I think it's (D)", "\\nB", "Answer: c"]]
+        ['B', 'C', 'D', 'B', 'C']
+        >>> answer_letter("A is tempting, but the correct answer is C."), answer_letter("Option C", "AB")
+        ('C', '')
+        >>> answer_letter("The heart pumps blood.", choices=["lung", "heart", "skin", "bone"])
+        'B'
+    """
+    text = re.sub(r"\*\*|__|`", "", text.split("</think>")[-1]).strip()
+    for rule in _letter_rules(options):
+        hits = [m for pattern in rule for m in re.finditer(pattern, text)]
+        if hits:
+            return max(hits, key=lambda m: m.start(1)).group(1).upper()
+    named = _named_option(text, options, choices)
+    if named:
+        return named
+    alone = [m for m in re.finditer(rf"(?<![\w'’])([{options}])(?![\w'’])", text)
+             if not (m.group(1) == "A" and re.match(r"\s+[A-Za-z]", text[m.end():]))]
+    return alone[-1].group(1) if alone else ""
 
 
 def _acc(predicted: str, gold: str) -> dict:
@@ -136,18 +207,17 @@ def arc_docs(dataset: datasets.Dataset) -> datasets.Dataset:
 
 
 def hellaswag_acc(doc: dict, results: list) -> dict:
-    return _acc(first_option(results[0], "ABCD"), doc["letter"])
+    return _acc(answer_letter(results[0], "ABCD", [doc[k] for k in "ABCD"]), doc["letter"])
 
 
 arc_acc = hellaswag_acc
 
 
 def piqa_acc(doc: dict, results: list) -> dict:
-    """PIQA has two options, so OpenCompass reads them with ``options='AB'``."""
+    """PIQA has two options, A and B."""
     gold = "AB"[doc["label"]] if doc["label"] in (0, 1) else "NULL"
-    return _acc(first_option(results[0], "AB"), gold)
+    return _acc(answer_letter(results[0], "AB", [doc["sol1"], doc["sol2"]]), gold)
 
 
 def mmlu_acc(doc: dict, results: list) -> dict:
-    """``mmlu_gen_4d595a`` reads the reply's first capital letter."""
-    return _acc(first_capital(results[0]), "ABCD"[doc["answer"]])
+    return _acc(answer_letter(results[0], "ABCD", doc["choices"]), "ABCD"[doc["answer"]])

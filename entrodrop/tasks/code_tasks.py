@@ -2,8 +2,10 @@
 
 lm-eval hands a task's custom filter every response at once: ``humaneval_sandbox`` and
 ``mbpp_sandbox`` run them all there, ``code_workers`` at a time, and replace each response with
-its verdict (one string a document, as lm-eval's take_first leaves it), which ``pass_at_1`` reads. The prompts and the code each benchmark takes from a
-response stay lm-eval's: HumanEval's prompt followed by the completion, MBPP's raw completion.
+its verdict (one string a document, as lm-eval's take_first leaves it), which ``pass_at_1`` reads. The prompts stay
+lm-eval's; the program is taken from the response as a person would take it
+(``code_extract.program``: a fenced block or the raw code, joined with HumanEval's prompt when it
+is a body, the prompt's imports kept when it defines the whole function).
 A test passes when the values its assertions compare equal, by value and type, those of the
 benchmark's reference solution (``canonical_solution``, MBPP's ``code``) run the same way.
 
@@ -16,6 +18,7 @@ import os
 from typing import Dict, List
 
 from entrodrop.eval.code_runner import Limits, holds, passed, run_all, same_record
+from entrodrop.tasks.code_extract import called_function, program
 
 PASS, FAIL, SKIPPED = "passed", "failed", "skipped"
 REFERENCES: Dict[str, List] = {}  # a reference job (JSON) -> its outputs
@@ -53,21 +56,23 @@ def verdicts(candidates: List[str], references: List[str], tests: List[str], cal
 
 
 def humaneval_sandbox(resps: List[List[str]], docs: List[Dict]) -> List[str]:
-    """HumanEval: the prompt and the completion, then ``check(<entry point>)``."""
+    """HumanEval: the program of the prompt and the response, then ``check(<entry point>)``."""
     allowed()
     if not first_rank():
         return [SKIPPED for _ in docs]
-    return verdicts([d["prompt"] + r[0] for r, d in zip(resps, docs)],
+    return verdicts([program(r[0], d["prompt"], d["entry_point"]) for r, d in zip(resps, docs)],
                                   [d["prompt"] + d["canonical_solution"] for d in docs],
                                   [d["test"] for d in docs], [f"check({d['entry_point']})" for d in docs])
 
 
 def mbpp_sandbox(resps: List[List[str]], docs: List[Dict]) -> List[str]:
-    """MBPP: the completion, then the problem's three assertions."""
+    """MBPP: the response's program (its entry point: the function the tests call that the
+    reference defines), then the problem's three assertions."""
     allowed()
     if not first_rank():
         return [SKIPPED for _ in docs]
-    return verdicts([r[0] for r in resps], [d["code"] for d in docs],
+    return verdicts([program(r[0], "", called_function("\n".join(d["test_list"]), d["code"]))
+                     for r, d in zip(resps, docs)], [d["code"] for d in docs],
                                   ["\n".join(d["test_list"]) for d in docs], ["" for _ in docs])
 
 

@@ -24,6 +24,7 @@ from entrodrop.eval.code_runner import (
     same_value,
 )
 from entrodrop.eval.sandbox_child import encode
+from entrodrop.tasks.code_extract import program
 from entrodrop.tasks.code_tasks import (
     FAIL,
     PASS,
@@ -49,15 +50,14 @@ def prompt(doc: dict) -> str:
             "### Answer: (use the provided format with backticks)\n\n")
 
 
-def extract_code(completion: str) -> str:
-    """The code inside the first fenced block, or the completion itself when it has no fence
-    (generation stops at the closing fence, so the block is usually left open)."""
-    lines = completion.split("\n")
-    fences = [i for i, line in enumerate(lines) if line.strip().startswith("```")]
-    if not fences:
-        return completion.strip("\n")
-    end = fences[1] if len(fences) > 1 else len(lines)
-    return "\n".join(lines[fences[0] + 1 : end])
+def solution(completion: str, doc: dict) -> str:
+    """The program of a reply (``code_extract.program``): for a functional problem, its
+    ``func_name`` is the entry point and a body continues its starter code; a stdin program is
+    kept whole. The closing fence need not be there (a reply cut by its token limit)."""
+    func_name = json.loads(doc["metadata"] or "{}").get("func_name", "")
+    if func_name and doc["starter_code"].strip():
+        return program(completion, doc["starter_code"], func_name)
+    return program(completion)
 
 
 def decode_tests(encoded: str) -> list:
@@ -91,7 +91,7 @@ def sandbox(resps: List[List[str]], docs: List[dict]) -> List[str]:
     allowed()
     if not first_rank():
         return [SKIPPED for _ in docs]
-    problems = [job_and_expected(extract_code(r[0]), decode_tests(d["public_test_cases"])
+    problems = [job_and_expected(solution(r[0], d), decode_tests(d["public_test_cases"])
                                  + decode_tests(d["private_test_cases"]),
                                  json.loads(d["metadata"] or "{}").get("func_name", "")) for r, d in zip(resps, docs)]
     runs = run_all([job for job, _, _ in problems], Limits(timeout_s=TEST_TIMEOUT), code_workers())

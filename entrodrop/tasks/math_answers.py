@@ -1,12 +1,21 @@
-"""Prompts and answer checks of the math tasks lm-eval does not ship: SVAMP, CollegeMath and
-OlympiadBench.
+"""Prompts and answer checks of the math tasks scored here: GSM8K (``gsm8k_answer``, lm-eval's
+prompt and shots), SVAMP, CollegeMath and OlympiadBench.
 
-Each task extracts its answer here (SVAMP: the last number; CollegeMath: the last ``\\boxed{}``;
-OlympiadBench: the boxed answer or answers after "So the final answer is"), and Hugging Face's
-math-verify decides whether it equals the gold answer: it agrees with human graders on the forms
-a string comparison misses (``1,000``, ``.5``, ``\\pm``, ``2^{10}``, radicals, sets, intervals,
-rearranged equations, ``\\text{(B)}``...). What math-verify does not do is kept here:
-OlympiadBench's per-problem absolute tolerance (``error``) and its several answers in any order.
+Each task extracts its answer here, as a person reads it, and Hugging Face's math-verify decides
+whether it equals the gold answer:
+
+- GSM8K and SVAMP (``final_number``): the number of the last box, else of the last answer
+  statement ("The answer is 18.", "#### 18", "Answer: 18"), else the last number of the reply;
+  never a LaTeX delimiter (``$$``, ``$.``), thousands separators dropped (``1,000``, ``1 000``,
+  ``1\\,000``), ``18.00`` read as 18, ``3/4`` and ``\\frac{3}{4}`` as one number;
+- CollegeMath: the last ``\\boxed{}``, else the answer stated after "The final answer is";
+- OlympiadBench: the boxed answer or answers after the last "So the final answer is"
+  ("所以最终答案是"), else the formulas (or text) of that sentence, else the reply's boxes.
+
+math-verify agrees with human graders on the forms a string comparison misses (``.5``,
+``\\pm``, ``2^{10}``, radicals, sets, intervals, rearranged equations, ``\\text{(B)}``...). What
+math-verify does not do is kept here: OlympiadBench's per-problem absolute tolerance (``error``)
+and its several answers in any order.
 """
 
 import re
@@ -20,9 +29,18 @@ EXTRACTION = (LatexExtractionConfig(), ExprExtractionConfig())
 # math-verify's timeouts are SIGALRM alarms, which only the main thread may set; lm-eval scores
 # in the thread that called it, so elsewhere the checks run without a timeout rather than fail.
 TIMEOUT_S = 5
-NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?|-?\.\d+")
+# A number: thousands groups (after a comma, a space, a narrow space or LaTeX's ``\\,`` and
+# ``{,}``), a decimal part, a fraction ``3/4``; or a leading-dot decimal.
+SEPARATOR = r"(?:,|\\,|\{,\}|[ \u00a0\u2009\u202f])"
+NUMBER = re.compile(rf"-?(?:\d{{1,3}}(?:{SEPARATOR}\d{{3}})+(?![\d])|\d+)(?:\.\d+)?(?:/\d+(?![\d.,]\d))?|-?\.\d+")
+GROUPED = re.compile(rf"-?\d{{1,3}}(?:{SEPARATOR}\d{{3}})+(?:\.\d+)?")  # one number: 1,000 or 1\,000.5
+FRACTION = re.compile(r"\\[dt]?frac\s*\{\s*(-?\d+)\s*\}\s*\{\s*(\d+)\s*\}")
+# "The answer is 18", "Answer: 18", "#### 18" (the GSM8K shots' form), "答案是18".
+ANSWER_CUE = re.compile(r"answer\s*(?:is|was|would be|will be|=|:)|####|答案(?:是|为)", re.IGNORECASE)
+FORMULA = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
 BOX = re.compile(r"\\(?:boxed|fbox)(?=[\s{])")
-FINAL_ANSWER = re.compile(r"final answer is|最终答案是", re.IGNORECASE)
+# "So the final answer is", "Final answer:", "**Final Answer:**", "所以最终答案是".
+FINAL_ANSWER = re.compile(r"final answer(?:\*\*)?\s*(?:is\b|:)(?:\*\*)?|最终答案是", re.IGNORECASE)
 
 
 def timeout_s() -> Optional[int]:
@@ -39,28 +57,76 @@ def parsed(latex: str) -> list:
 
 
 def equivalent(gold: str, predicted: Optional[str]) -> bool:
-    """Whether math-verify finds ``predicted`` equal to ``gold`` (both LaTeX).
+    """Whether math-verify finds ``predicted`` equal to ``gold`` (both LaTeX). A number written
+    with thousands separators is that number (math-verify reads the thin space of ``1\\,000``
+    as a product).
 
     Example:
         >>> equivalent("$\\\\frac{1}{2}$", "0.5"), equivalent("1024", "2^{10}"), equivalent("3", "-3")
         (True, True, False)
+        >>> equivalent("1000", "1\\\\,000"), equivalent("1000", "1 000"), equivalent("1000", "1 001")
+        (True, True, False)
     """
     if predicted is None or not predicted.strip():
         return False
+    if GROUPED.fullmatch(predicted.strip()):
+        predicted = re.sub(SEPARATOR, "", predicted.strip())
     return verify(parsed(gold), parsed(predicted), timeout_seconds=timeout_s())
 
 
 # Extraction ----------------------------------------------------------------------------------
 
-def last_number(text: str) -> Optional[str]:
-    """The last number written in ``text``, thousands separators dropped, or None.
+def numbers(text: str) -> List[str]:
+    """The numbers written in ``text``, in order, as plain numbers: thousands separators
+    dropped, ``\\frac{3}{4}`` as ``3/4``, a Unicode minus as ``-``.
 
     Example:
-        >>> last_number("5 apples and 2 more: 1,007.5 in all."), last_number("half: .5"), last_number("none")
-        ('1007.5', '.5', None)
+        >>> numbers(r"5 apples, 1,007.5 in all, 1 000 or $\\$2{,}500$; half: .5 or \\frac{1}{2}; 3/4")
+        ['5', '1007.5', '1000', '2500', '.5', '1/2', '3/4']
     """
-    found = NUMBER.findall(text)
-    return found[-1].replace(",", "") if found else None
+    text = FRACTION.sub(r"\1/\2", text.replace("\u2212", "-"))
+    return [re.sub(SEPARATOR, "", n) for n in NUMBER.findall(text)]
+
+
+def last_number(text: str) -> Optional[str]:
+    """The last number written in ``text`` (see ``numbers``), or None.
+
+    Example:
+        >>> last_number("5 apples and 2 more: 1,007.5 in all."), last_number(r"$$\\boxed{140}$$"), last_number("no")
+        ('1007.5', '140', None)
+    """
+    found = numbers(text)
+    return found[-1] if found else None
+
+
+def stated_number(text: str) -> Optional[str]:
+    """The number of the last answer statement that has one in its sentence ("The answer is 18",
+    "Answer: 18 apples", "#### 18", "The answer is 5 + 7 = 12": after the last ``=``), or None.
+
+    Example:
+        >>> stated_number("The answer is 18. Check: 18 - 3 = 15"), stated_number("Answer: 5 + 7 = 12 apples")
+        ('18', '12')
+    """
+    for cue in reversed(list(ANSWER_CUE.finditer(text))):
+        sentence = re.split(r"\n|\.(?:\s|$)", text[cue.end():], maxsplit=1)[0]
+        found = numbers(sentence.rsplit("=", 1)[-1])
+        if found:
+            return found[0]
+    return None
+
+
+def final_number(text: str) -> Optional[str]:
+    """The final number of a worked answer, as a person reads it: the first number of the last
+    box, else the last answer statement's number, else the last number in the reply (a number
+    the reply writes after its stated answer does not replace it).
+
+    Example:
+        >>> final_number(r"so 18 * 2 = 36 eggs. $$\\boxed{36}$$"), final_number("The answer is 18.00. Step 2: 5")
+        ('36', '18.00')
+    """
+    box = boxed_answer(text)
+    found = numbers(box) if box is not None else []
+    return found[0] if found else stated_number(text) or last_number(text)
 
 
 def braced(text: str) -> Optional[str]:
@@ -130,16 +196,37 @@ def svamp_prompt(doc: dict) -> str:
 
 
 def svamp_score(doc: dict, results: List[str]) -> dict:
-    """Accuracy of the last number before the model starts another question."""
-    predicted = last_number(results[0].split("Question:")[0])
+    """Accuracy of the final number (``final_number``) before the model starts another question."""
+    predicted = final_number(results[0].split("Question:")[0])
     return {"acc": float(equivalent(repr(float(doc["Answer"])), predicted))}
+
+
+# GSM8K ---------------------------------------------------------------------------------------
+
+def gsm8k_score(doc: dict, results: List[str]) -> dict:
+    """Accuracy of the final number (``final_number``) before the model starts another question,
+    against the number after the gold solution's ``####``.
+
+    Example:
+        >>> gold = {"answer": "Natalia sold 48/2 = 24 clips in May.\\n#### 72"}
+        >>> [gsm8k_score(gold, [r])["acc"] for r in [r"48 + 24 = 72. $\\boxed{72}$.", "#### 72.00", "So 72 - 24 = 48"]]
+        [1.0, 1.0, 0.0]
+    """
+    gold = doc["answer"].split("####")[-1].strip().replace(",", "")
+    return {"acc": float(equivalent(gold, final_number(results[0].split("Question:")[0])))}
 
 
 # CollegeMath ---------------------------------------------------------------------------------
 
 def college_math_score(doc: dict, results: List[str]) -> dict:
-    """Accuracy of the last boxed answer against ``answer`` (LaTeX in ``$...$``)."""
-    return {"acc": float(equivalent(doc["answer"], boxed_answer(results[0])))}
+    """Accuracy of the last boxed answer (else the answer stated after "The final answer is")
+    against ``answer`` (LaTeX in ``$...$``)."""
+    answer = boxed_answer(results[0])
+    if answer is None:
+        parts = FINAL_ANSWER.split(results[0])
+        stated = stated_answers(parts[-1]) if len(parts) > 1 else []
+        answer = stated[0] if stated else None
+    return {"acc": float(equivalent(doc["answer"], answer))}
 
 
 # OlympiadBench -------------------------------------------------------------------------------
@@ -173,12 +260,34 @@ def olympiadbench_prompt(doc: dict) -> str:
             f"\"So the final answer is {box}.\"{unit}\n\n{context}{doc['question'].strip()}\n\nSolution:")
 
 
+def stated_answers(sentence: str) -> List[str]:
+    """The answers written after "the final answer is" without a box: the formulas of that
+    paragraph (``$...$``, ``$$...$$``, ``\\(...\\)``), else its text without the final stop.
+
+    Example:
+        >>> stated_answers(" $12$ (in $\\\\mathrm{cm}$).\\n\\nDone"), stated_answers(": 3/4."), stated_answers(" ")
+        (['12', '\\\\mathrm{cm}'], ['3/4'], [])
+    """
+    paragraph = sentence.lstrip(" \t:：").split("\n\n", 1)[0].strip()
+    formulas = [next(g for g in m.groups() if g is not None).strip() for m in FORMULA.finditer(paragraph)]
+    if formulas:
+        return [f for f in formulas if f]
+    plain = re.sub(r"\*\*", "", paragraph).rstrip(" .。")
+    return [plain] if plain else []
+
+
 def olympiadbench_answers(text: str, multiple: bool) -> List[str]:
-    """The answers a response gives: the boxes after its last "final answer is" (the whole
-    response when it never says so), all of them for a problem with several answers, else the
-    last; several answers may also share one box, separated by commas."""
-    tail = FINAL_ANSWER.split(text)[-1]
-    boxes = boxed_answers(tail) or boxed_answers(text)
+    """The answers a response gives: the boxes after its last "final answer is", else the
+    formulas that sentence states unboxed (``stated_answers``), else the boxes of the whole
+    response; all of them for a problem with several answers, else the last box (the first
+    stated formula); several answers may also share one box, separated by commas."""
+    parts = FINAL_ANSWER.split(text)
+    said = len(parts) > 1
+    boxes = boxed_answers(parts[-1]) if said else []
+    if not boxes and said and stated_answers(parts[-1]):
+        stated = stated_answers(parts[-1])
+        boxes = stated if multiple else stated[:1]
+    boxes = boxes or boxed_answers(text)
     if not multiple:
         return boxes[-1:]
     return expand_plus_minus([part for box in boxes for part in split_top_level(box)])
