@@ -25,7 +25,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 from torchtune.modules import TransformerDecoder
 
-from entrodrop.errors import ConfigError
+from entrodrop.errors import ConfigError, MissingPackageError
 from entrodrop.models.head import projection_weight, hidden_states, output_weight
 
 IMPLS = ("torch", "liger")
@@ -188,7 +188,8 @@ class LinearCrossEntropy:
 
     Raises:
         ValueError: a setting out of range, naming it.
-        ImportError: ``impl: liger`` without liger-kernel installed, naming the install command.
+        MissingPackageError: ``impl: liger`` without liger-kernel installed, naming the install
+            command (a ``ConfigError``, and an ``ImportError``: the recipes print its message alone).
     """
 
     def __init__(self, chunk_size: int = 4096, impl: str = "torch", ignore_index: int = IGNORE_INDEX,
@@ -227,8 +228,8 @@ def _liger_loss(ignore_index: int, reduction: str) -> nn.Module:
     try:
         from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
     except ImportError as e:
-        raise ImportError(f"LinearCrossEntropy impl='liger' needs liger-kernel (with triton and a CUDA GPU), which "
-                          f"did not import ({e}): pip install -e '.[gpu]', or use impl: torch") from e
+        raise MissingPackageError(f"loss.impl=liger needs liger-kernel (with triton and a CUDA GPU), which did not "
+                                  f"import ({e}): pip install -e '.[gpu]', or use impl: torch") from None
     # accum_dtype fp32: the weight's gradient summed over chunks in fp32, as impl: torch does.
     return LigerFusedLinearCrossEntropyLoss(ignore_index=ignore_index, reduction=reduction, accum_dtype=torch.float32)
 

@@ -20,7 +20,12 @@ more runs ``write_report`` draws
     table.md                  per run: best target-group average and the documents per task
                               it covers, best epoch, minimum validation loss (the paper's
                               table of gamma_max), the curriculum midpoint j0 it trained with,
-                              and the signal its gate ranked (``run_signal``)
+                              and the signal its gate ranked (``run_signal``); a column empty
+                              (``-``) in every row is left out (``markdown_table``)
+
+The target group is the one given, else the one the runs' saved configs name
+(``evaluation.lm_eval.target_group``, ``choose_target_group``); runs that scored task groups but
+name none of them, or several, need it given. Runs that scored no task group have no average.
 
 and proposes the curriculum midpoint j0 from a baseline run: the target epoch where its
 validation loss stops falling, the paper's "transition from productive learning to
@@ -113,10 +118,13 @@ def read_run(run_dir: str) -> Dict:
     evals = sorted({_eval_key(e): e for e in evals}.values(), key=lambda e: (e.get("step") is None, e.get("step") or 0))
     # The config as the recipe saved it (torchtune's metric loggers write it): the method's settings.
     config_file = root / "torchtune_config.yaml"
-    config = yaml.safe_load(config_file.read_text()) if config_file.is_file() else {}
+    config = (yaml.safe_load(config_file.read_text()) if config_file.is_file() else {}) or {}
     fixed = [e["auto_midpoint"] for e in evals if e.get("auto_midpoint")]
+    lm_eval = (config.get("evaluation") or {}).get("lm_eval") or {}
     return {"name": root.name, "steps": dict(sorted(steps.items())), "evals": evals,
-            "token_dropout": (config or {}).get("token_dropout"), "auto_midpoint": fixed[-1] if fixed else None}
+            "token_dropout": config.get("token_dropout"), "auto_midpoint": fixed[-1] if fixed else None,
+            # the group its best checkpoint was chosen by, when it ran lm-eval tasks
+            "target_group": lm_eval.get("target_group") if any((lm_eval.get("tasks") or {}).values()) else None}
 
 
 def compared(runs: List[Dict], group: str) -> List[Dict]:
@@ -250,13 +258,39 @@ def draw_signal_agreement(runs: List[Dict], path, color: Dict[str, str]) -> bool
     return True
 
 
+def choose_target_group(runs: List[Dict], given: Optional[str]) -> Optional[str]:
+    """The group whose average the report ranks: ``given``, else the one the runs' configs name
+    (``read_run``'s ``target_group``) among the groups they scored; None when no run scored a
+    group (the table then has no average columns).
+
+    Raises:
+        ValueError: the runs scored task groups, but their configs name none of them, or more
+            than one: the message lists the groups, for ``--target-group``.
+    """
+    groups = sorted({g for run in runs for e in run["evals"] for g in e.get("groups", {})})
+    if given is not None or not groups:
+        return given
+    named = sorted({run["target_group"] for run in runs if run["target_group"] in groups})
+    if len(named) == 1:
+        return named[0]
+    why = (f"their configs name {', '.join(named)}" if named else
+           "no run's config (torchtune_config.yaml) names one of them as evaluation.lm_eval.target_group")
+    raise ValueError(f"--target-group is needed: the runs scored the task groups {', '.join(groups)}, and {why}; "
+                     "give the one to rank the runs by")
+
+
 def check_selection(runs: List[Dict], target_group: Optional[str], baseline: Optional[str]) -> List[str]:
-    """What is wrong with ``--target-group`` and ``--baseline`` for ``runs``, each with what exists."""
+    """What is wrong with ``--target-group`` and ``--baseline`` for ``runs``, each with what exists
+    (no ``--target-group``: what ``choose_target_group`` finds wrong)."""
     problems = []
     groups = sorted({g for run in runs for e in run["evals"] for g in e.get("groups", {})})
     if target_group is not None and target_group not in groups:
         problems.append(f"--target-group {target_group}: no run has it; the runs have: "
                         f"{', '.join(groups) if groups else 'no task groups (no task was evaluated)'}")
+    try:
+        choose_target_group(runs, target_group)
+    except ValueError as e:
+        problems.append(str(e))
     names = [run["name"] for run in runs]
     if baseline is not None and baseline not in names:
         problems.append(f"--baseline {baseline}: no run has this name; the runs are: {', '.join(names)}")
@@ -267,16 +301,33 @@ def _fmt(value: Optional[float], digits: int) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> List[str]:
+    """A markdown table of ``rows`` under ``header``, without the columns that are empty (``-``)
+    in every row: a column nothing fills says nothing. The first column (the row's name) stays.
+
+    Example:
+        >>> markdown_table(["run", "loss", "j0"], [["a", "1.5", "-"], ["b", "1.4", "-"]])
+        ['| run | loss |', '|---|---|', '| a | 1.5 |', '| b | 1.4 |']
+    """
+    keep = [0] + [j for j in range(1, len(header)) if any(row[j] not in ("", "-") for row in rows)]
+    return (["| " + " | ".join(header[j] for j in keep) + " |", "|" + "---|" * len(keep)]
+            + ["| " + " | ".join(row[j] for j in keep) + " |" for row in rows])
+
+
 def write_report(runs: List[Dict], out_dir: str, target_group: Optional[str] = None,
                  baseline: Optional[str] = None) -> Dict:
     """Write the plots and the table for ``runs`` (from ``read_run``); returns what it wrote.
 
+    ``target_group`` None: the one the runs' configs name (``choose_target_group``).
+
     Raises:
-        ValueError: ``target_group`` or ``baseline`` that no run has (``check_selection``).
+        ValueError: ``target_group`` or ``baseline`` that no run has, or no ``target_group`` when
+            the runs' configs do not name one (``check_selection``).
     """
     problems = check_selection(runs, target_group, baseline)
     if problems:
         raise ValueError("; ".join(problems))
+    given, target_group = target_group, choose_target_group(runs, target_group)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -287,6 +338,8 @@ def write_report(runs: List[Dict], out_dir: str, target_group: Optional[str] = N
     kept = {group: {id(e) for e in evals} for group, evals in shown.items()}
     notes = [note for note in map(epochless_note, runs) if note]
     notes += [note for note in (left_out_note(runs, group, shown[group]) for group in groups) if note]
+    if given is None and target_group is not None:
+        notes.append(f"the target group is {target_group}, as the runs' configs name it (evaluation.lm_eval.target_group)")
     for note in notes:
         log.warning(note)
 
@@ -353,11 +406,11 @@ def write_report(runs: List[Dict], out_dir: str, target_group: Optional[str] = N
         rows[[run["name"] for run in runs].index(baseline)]["midpoint"] = f"{midpoint['midpoint_epochs']:.2f} (proposed)"
     # The documents per task beside each average: a model's score on a subset of each task (an
     # in-training ``limit``) differs from its score on every document, and would read as another result.
-    lines = [f"| run | best {target_group or 'target'} average | documents per task | best epoch | min val loss "
-             "| curriculum j0 (epoch) | signal |",
-             "|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['run']} | {_fmt(r['best_average'], 3)} | {r['documents']} | {_fmt(r['best_epoch'], 2)} "
-              f"| {_fmt(r['min_val_loss'], 4)} | {r['midpoint']} | {r['signal']} |" for r in rows]
+    lines = markdown_table(
+        ["run", f"best {target_group or 'target'} average", "documents per task", "best epoch", "min val loss",
+         "curriculum j0 (epoch)", "signal"],
+        [[r["run"], _fmt(r["best_average"], 3), r["documents"], _fmt(r["best_epoch"], 2), _fmt(r["min_val_loss"], 4),
+          r["midpoint"], r["signal"]] for r in rows])
     if midpoint:
         prefix = "Proposed midpoint (j0)" if midpoint["midpoint_epochs"] is not None else "No midpoint (j0)"
         lines += ["", f"{prefix} from {midpoint['run']}: {midpoint['note']}."]
@@ -379,7 +432,7 @@ def write_report(runs: List[Dict], out_dir: str, target_group: Optional[str] = N
                           "(signal_agreement.png)."]
     (out / "table.md").write_text("\n".join(lines) + "\n")
     return {"rows": rows, "midpoint": midpoint, "auto_midpoints": {run["name"]: run["auto_midpoint"] for run in runs},
-            "notes": notes, "files": [str(out / f) for f in (*files, "gamma_schedule.png", "table.md")]}
+            "notes": notes, "target_group": target_group, "files": [str(out / f) for f in (*files, "gamma_schedule.png", "table.md")]}
 
 
 def draw_score_vs_loss(runs: List[Dict], target_group: str, path, kept: Optional[set] = None) -> None:
@@ -518,16 +571,15 @@ def comparison_table(runs: Dict[str, Dict], rows: Sequence[Sequence[str]], targe
     delta = lambda value, ref, digits: "-" if value is None or ref is None else f"{value - ref:+.{digits}f}"  # noqa: E731
     documents = f" ({documents_per_task(kept[-1].get('limit'))} documents per task)" if kept else ""
     signals = any(run_signal(runs[name]) == "loss" for _, name in rows)
-    lines = [f"| run | best epoch | min val loss | vs {baseline} | best {target_group} average{documents} "
-             f"| vs {baseline} |{' signal |' * signals}",
-             "|---|---|---|---|---|---|" + "---|" * signals]
+    cells = []
     for label, name in rows:
         r = summarize(runs[name], target_group, kept)
         average = r["documents"] if r["best_average"] is None else _fmt(r["best_average"], 3)  # "-", or why not
-        lines.append(f"| {label} | {_fmt(r['best_epoch'], 2)} | {_fmt(r['min_val_loss'], 4)} | "
-                     f"{delta(r['min_val_loss'], base['min_val_loss'], 4)} | {average} | "
-                     f"{delta(r['best_average'], base['best_average'], 3)} |"
-                     + (f" {run_signal(runs[name])} |" if signals else ""))
+        cells.append([label, _fmt(r["best_epoch"], 2), _fmt(r["min_val_loss"], 4),
+                      delta(r["min_val_loss"], base["min_val_loss"], 4), average,
+                      delta(r["best_average"], base["best_average"], 3)] + [run_signal(runs[name])] * signals)
+    lines = markdown_table(["run", "best epoch", "min val loss", f"vs {baseline}",
+                            f"best {target_group} average{documents}", f"vs {baseline}"] + ["signal"] * signals, cells)
     lines += ["", f"Seed spread (one setting, two seeds): min val loss {_fmt(spread['min_val_loss'], 4)}, best "
                   f"{target_group} average {_fmt(spread['best_average'], 3)}. A difference within it is noise."]
     return lines

@@ -39,8 +39,12 @@ def _check_launched_from_here():
     else:
         why = "this environment's start-up file puts another checkout first"
         fix = "run `python scripts/link_repo.py` from this checkout (make does), then try again"
-    raise ImportError(f"tune run {given}: the package `recipes` that was imported is {here}, not the one beside "
-                      f"{given}: {why}. It would run other code than the file you gave; {fix}.")
+    # Its message alone, as a recipe's errors are (a traceback of the import machinery says nothing more).
+    from entrodrop.config.cli import exit_with
+    from entrodrop.errors import RecipeLocationError
+
+    exit_with(RecipeLocationError(f"tune run {given}: the package `recipes` that was imported is {here}, not the one "
+                                  f"beside {given}: {why}. It would run other code than the file you gave; {fix}."))
 
 
 _check_launched_from_here()

@@ -37,7 +37,7 @@ from entrodrop.checkpointing import HFCheckpointer, latest_checkpoint
 from entrodrop.config import cli, schemas
 from entrodrop.data.loader import build_loader, describe_budget, plan_budget
 from entrodrop.data.packing import block_causal_mask
-from entrodrop.data.sample_store import SampleStore
+from entrodrop.data.sample_store import SampleStore, check_cache_model
 from entrodrop.errors import ConfigError
 from entrodrop.eval.evaluator import Evaluator
 from entrodrop.eval.records import metric_fields, record_evaluation
@@ -165,6 +165,9 @@ class EntroDropRecipeDistributed:
         validation token stores is hashed against the store's table here, before the model loads.
         Every rank checks for itself, in parallel, one core each: simpler than one rank checking
         and broadcasting the outcome, and every rank raises the same error."""
+        # The entropy caches are this base model's (verify_entropy_cache.py's fingerprint; no forward pass).
+        check_cache_model(cfg.checkpointer.checkpoint_dir, cfg.data.target_entropy,
+                          cfg.evaluation.validation.target_entropy)
         self._loader = build_loader(cfg.data.target_tokens, cfg.data.target_entropy, cfg.data.general_tokens,
                                     cfg.data.seq_len, cfg.global_batch_size, cfg.data.target_ratio, self._seed,
                                     self._rank, self._world_size)

@@ -33,7 +33,7 @@ from entrodrop.checkpointing import HFCheckpointer, latest_checkpoint
 from entrodrop.config import cli, schemas
 from entrodrop.data.loader import build_loader, describe_budget, plan_budget
 from entrodrop.data.packing import block_causal_mask
-from entrodrop.data.sample_store import SampleStore
+from entrodrop.data.sample_store import SampleStore, check_cache_model
 from entrodrop.eval.evaluator import Evaluator
 from entrodrop.eval.records import metric_fields, record_evaluation
 from entrodrop.eval.task_checks import allow_code, task_index
@@ -144,6 +144,9 @@ class EntroDropRecipeSingleDevice:
         """The training stream (the stores' integrity and the entropy join are checked as it is
         built), the held-out validation stores, and the budget. Every token id of the target and
         validation token stores is hashed against the store's table here, before the model loads."""
+        # The entropy caches are this base model's (verify_entropy_cache.py's fingerprint; no forward pass).
+        check_cache_model(cfg.checkpointer.checkpoint_dir, cfg.data.target_entropy,
+                          cfg.evaluation.validation.target_entropy)
         self._loader = build_loader(cfg.data.target_tokens, cfg.data.target_entropy, cfg.data.general_tokens,
                                     cfg.data.seq_len, cfg.global_batch_size, cfg.data.target_ratio, self._seed)
         v = cfg.evaluation.validation

@@ -8,7 +8,10 @@ from which to propose the curriculum midpoint; none is proposed while its valida
 still falling at its last evaluation. The plots mark that proposal and the j0 each
 ``token_dropout.midpoint: auto`` run chose for itself; the table lists each run's j0. A run
 directory that does not exist, a ``--target-group`` no run has and a ``--baseline`` no run is
-named are errors (exit status 2), which list what exists. Evaluations without a target epoch
+named are errors (exit status 2), which list what exists. Without ``--target-group`` the runs'
+own target group is used, as their saved configs (``torchtune_config.yaml``) name it; runs that
+scored task groups whose configs name none (or several) are an error that lists the groups.
+A table column empty in every row is left out. Evaluations without a target epoch
 (``recipes/evaluate.py`` on a directory outside a run, or on a checkpoint without progress.json)
 are left out of the plots against target epoch, with a note in the log and in table.md.
 
@@ -37,7 +40,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", help="run output directories")
     parser.add_argument("--out", required=True, help="where to write the plots and table.md")
-    parser.add_argument("--target-group", default=None, help="task group for the best average (e.g. math)")
+    parser.add_argument("--target-group", default=None, help="task group for the best average (e.g. math); default: "
+                        "the one the runs' configs name (evaluation.lm_eval.target_group)")
     parser.add_argument("--baseline", default=None, help="run name to propose the midpoint from")
     parser.add_argument("--entropy-sample", default=None, metavar="CONFIG",
                         help="a training config: draw one of its held-out samples shaded by entropy (figure 5c)")

@@ -172,3 +172,30 @@ def test_the_held_out_task_scores_each_whole_block_per_character(tmp_path, monke
     assert sorted(lm.texts) == sorted(blocks)  # each block whole, nothing before it
     # the mean over blocks of log-likelihood / characters: -1 and -2 a character
     assert out["results"]["held_out_local"]["logprob_per_char,none"] == pytest.approx(-1.5)
+
+
+def test_no_table_the_demos_print_has_a_column_empty_in_every_row(tmp_path):
+    """The CPU demo scores no lm-eval task: its table has no average or documents column of
+    dashes (the report leaves out a column nothing fills); the GPU tables keep theirs."""
+    from test_report import columns_of
+
+    from entrodrop.report import write_report
+
+    switches = {"baseline": "schedule: none", "entrodrop": "schedule: sigmoid\n  signal: entropy",
+                "entrodrop_loss": "schedule: sigmoid\n  signal: loss", "entrodrop_auto": "schedule: sigmoid"}
+    for k, name in enumerate(demo.CPT_RUNS):  # as scripts/demo.py's report() reads them
+        run = fake_run(tmp_path, name, [2.0, 1.6 - k / 100, 1.7], groups=())
+        (run / "torchtune_config.yaml").write_text(f"token_dropout:\n  targeting: low\n  {switches[name]}\n"
+                                                   f"  midpoint: {'auto' if name.endswith('auto') else 2}\n"
+                                                   "  midpoint_unit: epochs\n")
+    write_report([read_run(tmp_path / name) for name in demo.CPT_RUNS], tmp_path / "report", baseline="baseline")
+    table = (tmp_path / "report" / "table.md").read_text()
+    assert "best target average" not in table and "documents per task" not in table
+    assert table.startswith("| run | best epoch | min val loss | curriculum j0 (epoch) | signal |")
+    assert all(any(cell not in ("", "-") for cell in column[1:]) for column in columns_of(table))
+
+    runs = {name: read_run(fake_run(tmp_path / "gpu", name, [2.0, 1.6 - k / 100, 1.7], groups=("target",)))
+            for k, name in enumerate(("baseline", "baseline_seed1", "entrodrop", "entrodrop_seed1"))}
+    spread = seed_spread(runs, demo.SPREAD_SEEDS, "target")
+    lines = comparison_table(runs, [("baseline", "baseline"), ("EntroDrop", "entrodrop")], "target", "baseline", spread)
+    assert all(any(cell not in ("", "-") for cell in column[1:]) for column in columns_of("\n".join(lines)))

@@ -3,6 +3,7 @@ validation loss, and bad arguments refused with what exists listed."""
 
 import json
 import sys
+from typing import List, Optional
 
 from entrodrop.report import (
     agreement_points,
@@ -94,7 +95,7 @@ def test_figure_1b_plots_the_target_score_against_the_loss_only_for_a_target_gro
     with_group = write_report(runs, tmp_path / "with", "code")
     assert str(tmp_path / "with" / "score_vs_val_loss.png") in with_group["files"]
     assert (tmp_path / "with" / "score_vs_val_loss.png").read_bytes()[:4] == b"\x89PNG"
-    without = write_report(runs, tmp_path / "without")
+    without = write_report([read_run(fake_run(tmp_path, "no_tasks", [2.0, 1.6, 1.7], groups=()))], tmp_path / "without")
     assert not any(f.endswith("score_vs_val_loss.png") for f in without["files"])
 
 
@@ -129,11 +130,11 @@ def test_figure_5c_shows_a_held_out_sample_with_the_gates_choice(data, tmp_path,
     run = fake_run(tmp_path, "baseline", [2.0, 1.6, 1.7])
     monkeypatch.chdir(REPO)  # the config's tokenizer paths are relative to the repository
     status, stdout, err = report(monkeypatch, capsys, run, "--out", tmp_path / "report", "--entropy-sample",
-                                 tmp_path / "config.yaml", "--sample-index", 1)
+                                 tmp_path / "config.yaml", "--sample-index", 1, "--target-group", "code")
     assert status == 0, err
     assert (tmp_path / "report" / "entropy_sample.png").read_bytes()[:4] == b"\x89PNG"
     status, _, err = report(monkeypatch, capsys, run, "--out", tmp_path / "report", "--entropy-sample",
-                            tmp_path / "config.yaml", "--sample-index", len(tokens))
+                            tmp_path / "config.yaml", "--sample-index", len(tokens), "--target-group", "code")
     assert status != 0 and f"sample index {len(tokens)}: " in err and f"samples 0 to {len(tokens) - 1}" in err
 
 
@@ -191,7 +192,9 @@ def test_evaluations_without_a_target_epoch_are_left_off_the_epoch_plots_with_a_
     note = ("baseline: 2 evaluations without a target epoch (step_25, base: a checkpoint outside a run, or saved "
             "without progress.json) left out of the plots against target epoch")
     assert note in stdout and note in caplog.text
-    assert "| baseline | -1.100 | all | - | 1.1000 | 2.00 (proposed) |" in stdout  # the lowest loss has no epoch
+    # the lowest loss has no epoch: the best-epoch column, empty in every row, is left out
+    assert "| run | best code average | documents per task | min val loss | curriculum j0 (epoch) |" in stdout
+    assert "| baseline | -1.100 | all | 1.1000 | 2.00 (proposed) |" in stdout
     for name in ("val_loss_by_entropy.png", "benchmarks.png", "score_vs_val_loss.png"):
         assert (tmp_path / "report" / name).read_bytes()[:4] == b"\x89PNG"
 
@@ -207,8 +210,8 @@ def test_the_table_shows_the_documents_per_task_and_never_ranks_scores_of_other_
     written = write_report(runs, tmp_path / "report", "code")
     table = (tmp_path / "report" / "table.md").read_text()
     assert "| run | best code average | documents per task | best epoch | min val loss |" in table
-    assert "| offline | -1.600 | all | 2.00 | 1.6000 | - |" in table
-    assert "| training | - | 16: not compared | 3.00 | 1.4000 | - |" in table
+    assert "| offline | -1.600 | all | 2.00 | 1.6000 |" in table
+    assert "| training | - | 16: not compared | 3.00 | 1.4000 |" in table
     assert "-1.400" not in table and "-1.500" not in table  # the subset's scores appear nowhere
     assert ("3 of 6 evaluations of the code average were scored otherwise (other tasks, metrics or documents per "
             "task) and are left out; the ones shown use tasks with unrecorded metrics, all documents per task") in table
@@ -217,7 +220,7 @@ def test_the_table_shows_the_documents_per_task_and_never_ranks_scores_of_other_
     write_report([read_run(training), read_run(fake_run(tmp_path, "training2", [2.0, 1.6], limit=16))],
                  tmp_path / "subset", "code")
     subset = (tmp_path / "subset" / "table.md").read_text()
-    assert "| training | -1.400 | 16 | 3.00 | 1.4000 | - |" in subset and "| training2 | -1.600 | 16 |" in subset
+    assert "| training | -1.400 | 16 | 3.00 | 1.4000 |" in subset and "| training2 | -1.600 | 16 |" in subset
 
     by_name = {run["name"]: run for run in runs}
     spread = seed_spread(by_name, [("offline", "training")], "code")
@@ -280,3 +283,51 @@ def test_the_table_marks_each_runs_signal_and_a_loss_run_gets_the_agreement_plot
     paper = comparison_table(runs, [("baseline", "baseline"), ("EntroDrop", "entrodrop")], "code", "baseline", spread)
     assert paper[0].endswith("| vs baseline |")
     assert paper[3] == "| EntroDrop | 2.00 | 1.5500 | -0.0500 | -1.550 | +0.050 |"
+
+
+def columns_of(table: str) -> List[List[str]]:
+    """The columns of each markdown table in ``table`` (header first), as lists of cells."""
+    tables, rows = [], []
+    for line in table.splitlines() + [""]:
+        if line.startswith("|") and not line.startswith("|---"):
+            rows.append([cell.strip() for cell in line.strip("|").split("|")])
+        elif not line.startswith("|") and rows:
+            tables += [list(column) for column in zip(*rows)]
+            rows = []
+    return tables
+
+
+def configured(run, target_group: Optional[str], tasks: str = "{code: [humaneval_likelihood], math: [svamp]}"):
+    """A run's torchtune_config.yaml naming its lm-eval tasks and target group, as the recipes save it."""
+    (run / "torchtune_config.yaml").write_text(f"evaluation:\n  lm_eval:\n    tasks: {tasks}\n"
+                                               f"    target_group: {target_group}\n")
+    return run
+
+
+def test_the_report_ranks_by_the_runs_own_target_group_or_says_it_needs_one(tmp_path, monkeypatch, capsys):
+    baseline = configured(fake_run(tmp_path, "baseline", [2.0, 1.6, 1.7], groups=("code", "math")), "math")
+    entrodrop = configured(fake_run(tmp_path, "entrodrop", [2.0, 1.5, 1.6], groups=("code", "math")), "math")
+    status, stdout, err = report(monkeypatch, capsys, baseline, entrodrop, "--out", tmp_path / "report")
+    assert status == 0, err
+    assert "| run | best math average | documents per task |" in stdout
+    assert "| entrodrop | -1.500 | all |" in stdout
+    assert "the target group is math, as the runs' configs name it (evaluation.lm_eval.target_group)" in stdout
+
+    # Configs that name no group the runs scored, or two groups: it says plainly that it needs one.
+    other = configured(fake_run(tmp_path, "other", [2.0, 1.4], groups=("code", "math")), "code")
+    for runs, why in [((baseline, other), "their configs name code, math"),
+                      ((fake_run(tmp_path, "old", [2.0, 1.6], groups=("code",)),),
+                       "no run's config (torchtune_config.yaml) names one of them")]:
+        status, _, err = report(monkeypatch, capsys, *runs, "--out", tmp_path / "refused")
+        assert status != 0 and "--target-group is needed: the runs scored the task groups" in err and why in err
+        assert not (tmp_path / "refused").exists()
+
+
+def test_no_column_of_the_table_is_empty_in_every_row(tmp_path):
+    """Runs that scored no task (the CPU demo's): no average and no documents column of dashes."""
+    runs = [read_run(fake_run(tmp_path, name, [2.0, 1.6, 1.7], groups=())) for name in ("baseline", "entrodrop")]
+    write_report(runs, tmp_path / "report", baseline="baseline")
+    table = (tmp_path / "report" / "table.md").read_text()
+    assert "average" not in table and "documents per task" not in table
+    columns = columns_of(table)
+    assert columns and all(any(cell not in ("", "-") for cell in column[1:]) for column in columns), columns

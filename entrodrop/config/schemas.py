@@ -318,7 +318,53 @@ def _auto_midpoint(cfg: DictConfig) -> List[str]:
     return problems
 
 
+def _loss_package(cfg: DictConfig) -> List[str]:
+    """``loss.impl: liger`` imports liger-kernel, an optional package (the ``gpu`` extra): a missing
+    one is a config problem, listed with the others before anything loads."""
+    from importlib.util import find_spec
+
+    if cfg.loss.get("impl") == "liger" and find_spec("liger_kernel") is None:
+        return ["loss.impl=liger needs liger-kernel (with triton and a CUDA GPU), which is not installed: "
+                "pip install -e '.[gpu]', or use impl: torch"]
+    return []
+
+
+def _writable_dir(key: str, path: str) -> List[str]:
+    """``path`` is a directory this process can write into, or can be made as one: no part of it
+    is a file, and its nearest existing folder takes a new file. Checked with a nameless
+    temporary file (``O_TMPFILE``: nothing appears in the folder), so a refused run writes nothing."""
+    import tempfile
+
+    existing = Path(path).absolute()
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        return [f"{key}={path}: {existing} is a file, not a directory: choose another {key}"]
+    why = None if os.access(existing, os.W_OK | os.X_OK) else "not writable by this user, or a read-only file system"
+    if why is None:
+        try:  # root passes os.access everywhere, but not a read-only file system
+            with tempfile.TemporaryFile(dir=existing):
+                pass
+        except OSError as e:
+            why = e.strerror
+    return [f"{key}={path}: {existing} cannot be written ({why}): choose another {key}"] if why else []
+
+
+def _output_dirs(cfg: DictConfig) -> List[str]:
+    """``output_dir`` (and the checkpoint and log directories under it) can be written: found
+    before the model loads, not at the first log line or checkpoint."""
+    problems = _writable_dir("output_dir", cfg.output_dir)
+    if problems:  # the others are under it, as the configs have them: one problem, not three
+        return problems
+    # loggers without a local directory have none
+    others = {"checkpointer.output_dir": cfg.checkpointer.get("output_dir"), "metric_logger.log_dir":
+              cfg.metric_logger.get("log_dir")}
+    return [p for key, path in others.items() if isinstance(path, str) for p in _writable_dir(key, path)]
+
+
 TRAINING_RULES: List[Rule] = [
+    (["output_dir", "checkpointer", "metric_logger"], _output_dirs),
+    (["loss"], _loss_package),
     (["checkpointer"], _checkpoint_dir),
     (["global_batch_size", "gradient_accumulation_steps"], _batch_split),
     (["optimizer"], _optimizer_values),
@@ -375,6 +421,7 @@ def _one_process_backend(cfg: DictConfig) -> List[str]:
 
 
 EVALUATE_RULES: List[Rule] = [
+    (["output_dir"], lambda cfg: _writable_dir("output_dir", cfg.output_dir)),
     (["evaluation.validation.target_tokens", "evaluation.validation.target_entropy"], _validation_pair),
     (["evaluation.validation.target_tokens", "evaluation.lm_eval.tasks"], _something_to_score),
     (["backend"], _one_process_backend),
@@ -529,6 +576,7 @@ SMOKE = {
     "max_windows": integer(minimum=1),
 }
 SMOKE_RULES: List[Rule] = [
+    (["output_dir"], lambda cfg: _writable_dir("output_dir", cfg.output_dir)),
     (["checkpointer"], _checkpoint_dir),
     (["tokenizer"], lambda cfg: _missing_files(cfg, True)),
     (["model", "seq_len"], lambda cfg: _lengths_fit({"seq_len": cfg.seq_len}, cfg.model)),

@@ -145,6 +145,30 @@ def entropy_cache_key(tokens: "SampleStore", checkpoint_dir: str, weight_files: 
     return {**tokens.key, "model": fingerprint_checkpoint(checkpoint_dir, weight_files)}
 
 
+def check_cache_model(checkpoint_dir: str, *cache_dirs: Optional[str]) -> None:
+    """Refuse an entropy cache computed by another model than the one in ``checkpoint_dir``, at
+    training start-up: the fingerprint recipes/verify_entropy_cache.py compares
+    (``fingerprint_checkpoint``: config.json and three 1 MiB windows of each weight file,
+    milliseconds; no forward pass) against the one in each cache's manifest. None: a cache
+    the run does not read.
+
+    Raises:
+        CacheMismatchError: one line naming both fingerprints and the fix.
+    """
+    from entrodrop.checkpointing import find_weight_files
+
+    now = None
+    for cache_dir in (d for d in cache_dirs if d is not None):
+        cached = json.loads((Path(cache_dir) / MANIFEST).read_text())["key"]["model"]
+        now = now or fingerprint_checkpoint(checkpoint_dir, find_weight_files(Path(checkpoint_dir)))
+        if cached != now:
+            raise CacheMismatchError(
+                f"the entropy cache {cache_dir} was computed by another model (fingerprint {cached}) than "
+                f"checkpointer.checkpoint_dir={checkpoint_dir} (fingerprint {now}): point checkpoint_dir at the model "
+                "that computed it, or re-run recipes/precompute_entropy.py with this one into a new cache_dir "
+                "(recipes/verify_entropy_cache.py names everything that differs)")
+
+
 def sample_table(samples: Sequence[Sequence[int]]) -> np.ndarray:
     """Each sample's token count and token hash, in ``SAMPLE_DTYPE``."""
     table = np.zeros(len(samples), dtype=SAMPLE_DTYPE)

@@ -614,9 +614,9 @@ def _roles_note(where: str, entry: Mapping[str, Any], unknown_roles: Counter, of
     if not unknown_roles:
         return []
     fate = "left out" if entry["unknown_roles"] == "drop" else "kept as they are"
+    counts = ", ".join(f"{role}: {n}" for role, n in unknown_roles.most_common())
     return [f"{where}: {sum(unknown_roles.values())} turns{of} with a role conversation_style "
-            f"{entry['conversation_style']} does not know ({', '.join(f'{r}: {n}' for r, n in unknown_roles.most_common())}): "
-            f"{fate} (unknown_roles: {entry['unknown_roles']})"]
+            f"{entry['conversation_style']} does not know ({counts}): {fate} (unknown_roles: {entry['unknown_roles']})"]
 
 
 def _problems_meant(entry: Mapping[str, Any]) -> str:

@@ -1,15 +1,15 @@
 """A token store written from a ``StorePlan`` (``entrodrop.data.sources``), by one process or N.
 
-The plan's rows, in their order, are cut into blocks of ``samples_per_shard`` rows. Process p
-of N tokenizes blocks p, p + N, ... into part files (``<store_dir>/.parts-<key>/``); after each
+The plan's rows, in their order, are cut into blocks of ``samples_per_shard`` rows. Process p of
+N tokenizes blocks p, p + N, ... into part files (``<store_dir>/.parts-<key>/``); after each
 round of N blocks the processes share how many rows and tokens their blocks hold
 (``all_gather``: each row's tokens), so all of them offer the rows to the budget in the same
 order (``sources.Budget``: a row that does not fit what is left is skipped) and stop at the same
-round once it has ended. Then one process lays the samples of the rows the budget took, in
-block order (``sources.rows_within_budget``), into the store's shards (``SampleStoreWriter``),
-and removes the parts; the log says what the budget took and why it stopped. A record longer than ``max_seq_len`` is split or cut there as the plan says, so a
-block may hold more samples than rows, and the shards, of ``samples_per_shard`` samples, do not
-line up with blocks.
+round once it has ended. Then one process lays the samples of the rows the budget took, in block
+order (``sources.rows_within_budget``), into the store's shards (``SampleStoreWriter``), and
+removes the parts; the log says what the budget took and why it stopped. A record longer than
+``max_seq_len`` is split or cut there as the plan says, so a block may hold more samples than
+rows, and the shards, of ``samples_per_shard`` samples, do not line up with blocks.
 
 Nothing depends on N: the same store comes out of one process or eight. A killed run keeps
 its finished parts (and the store's finished shards); the same command completes it. Parts of
@@ -145,7 +145,8 @@ def write_token_store(plan: StorePlan, tokenizer, key: Dict[str, Any], max_seq_l
 
 
 def _samples(parts: Path, num_blocks: int, taken: np.ndarray) -> Iterator[np.ndarray]:
-    """The samples of the rows ``taken`` (a mask over every row of the parts), in order, one part in memory at a time."""
+    """The samples of the rows ``taken`` (a mask over every row of the parts), in order, one part
+    in memory at a time."""
     first_row, last = 0, int(np.flatnonzero(taken)[-1]) if taken.any() else -1
     for b in range(num_blocks):
         if first_row > last:

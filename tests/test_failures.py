@@ -1,0 +1,166 @@
+"""Issue 32's table of mistakes: each prints one message and nothing else, no traceback
+(``ENTRODROP_DEBUG=1`` shows it), before anything loads or is written: an output directory that
+is a file or cannot be written, a config that is not YAML, a command-line value that is not, a
+missing optional package, a copied recipe without ``__init__.py``; and an entropy cache of
+another model is refused at training start-up as recipes/verify_entropy_cache.py refuses it.
+(An empty or unreadable ``datasets`` file: tests/test_sources.py.)"""
+
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO, TUNE
+from omegaconf import OmegaConf
+from safetensors.torch import load_file, save_file
+
+from entrodrop.config import cli, schemas
+from entrodrop.data.sample_store import check_cache_model
+from entrodrop.errors import CacheMismatchError, ConfigError
+
+TRAIN = ["recipes/entrodrop_single_device.py", "--config", "configs/tiny/qwen3_entrodrop_single_device.yaml"]
+NO_TASKS = "evaluation.lm_eval.tasks={}"  # fails sooner: no lm-eval index to build
+
+
+def only_the_message(result: subprocess.CompletedProcess) -> str:
+    """The run failed with its message alone: exit status 1, no traceback, and nothing before
+    the message but log lines of the library that ran (torchtune's INFO lines)."""
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    lines = [line for line in result.stderr.splitlines() if not line.startswith("INFO:")]
+    assert lines[-1] == f"(exit status 1; {cli.DEBUG_ENV}=1 shows the traceback)", lines
+    return "\n".join(lines[:-1])
+
+
+# ---------------------------------------------------------------------------- the output directory
+
+
+def writable_problems(output_dir: str) -> list:
+    cfg = yaml.safe_load((REPO / "configs/tiny/qwen3_entrodrop_single_device.yaml").read_text())
+    cfg = OmegaConf.create({**cfg, "output_dir": output_dir})
+    return schemas._output_dirs(cfg)
+
+
+def test_an_output_dir_that_is_a_file_or_cannot_be_written_is_a_config_problem(tmp_path):
+    (tmp_path / "a_file").write_text("x")
+    assert writable_problems(str(tmp_path / "a_file")) == [
+        f"output_dir={tmp_path / 'a_file'}: {tmp_path / 'a_file'} is a file, not a directory: choose another output_dir"]
+    assert writable_problems(str(tmp_path / "a_file" / "run")) == [
+        f"output_dir={tmp_path / 'a_file' / 'run'}: {tmp_path / 'a_file'} is a file, not a directory: choose another "
+        "output_dir"]
+    # /proc/sys takes no new file, even from root: a directory this process cannot write.
+    (problem,) = writable_problems("/proc/sys/entrodrop_run")
+    assert problem.startswith("output_dir=/proc/sys/entrodrop_run: /proc/sys cannot be written (")
+    assert writable_problems(str(tmp_path / "new" / "run")) == []
+    assert not (tmp_path / "new").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
+
+
+@pytest.mark.parametrize("where", ["a file", "a folder this process cannot write"])
+def test_training_into_an_output_dir_it_cannot_use_is_refused_before_the_model_loads(data, tune_run, tmp_path, where):
+    (tmp_path / "a_file").write_text("x")
+    output_dir = tmp_path / "a_file" if where == "a file" else Path("/proc/sys/entrodrop_run")
+    message = only_the_message(tune_run(*TRAIN, *data, f"output_dir={output_dir}", NO_TASKS))
+    assert message.startswith("invalid EntroDrop config (1 problem):\n  output_dir=")
+    assert "is a file, not a directory" in message if where == "a file" else "cannot be written" in message
+
+
+# ---------------------------------------------------------------------------- YAML
+
+
+@pytest.mark.parametrize("text, says", [
+    ("seed: 0\nseed: 1\n", "line 2, column 1: found duplicate key seed (while constructing a mapping at line 1, column 1)"),
+    ("model:\n\tnum_layers: 2\n", "line 2, column 1: found character that cannot start any token"),
+    ("seed: [0, 1\ndevice: cpu\n", "line 2, column 7: did not find expected ',' or ']'"),
+])
+def test_a_config_that_is_not_yaml_names_its_file_line_and_column(tune_run, tmp_path, text, says):
+    (tmp_path / "bad.yaml").write_text(text)
+    message = only_the_message(tune_run("recipes/smoke.py", "--config", str(tmp_path / "bad.yaml")))
+    assert message.startswith(f"--config {tmp_path / 'bad.yaml'} is not valid YAML: ") and says in message, message
+    assert ("YAML indents with spaces, never a tab" in message) == ("\t" in text)
+
+
+def test_a_command_line_value_with_yaml_syntax_says_how_to_quote_it(tune_run, tmp_path):
+    message = only_the_message(tune_run(*TRAIN, f"output_dir={tmp_path}", "token_dropout.midpoint={2"))
+    assert message.startswith("the command-line value 'token_dropout.midpoint={2' is not valid YAML (")
+    assert "quote a text that holds YAML syntax (token_dropout.midpoint='\"{2\"')" in message
+    assert sorted(tmp_path.iterdir()) == []
+
+
+def test_read_config_errors_are_config_errors(tmp_path, monkeypatch):
+    """The same, in process: what ``cli.parse`` turns into the messages above."""
+    from torchtune.config._parse import TuneRecipeArgumentParser
+
+    (tmp_path / "ok.yaml").write_text("a: 1\n")
+    for argv, says in [(["--config", str(tmp_path / "none.yaml")], f"--config {tmp_path / 'none.yaml'}: no such file"),
+                       (["--config", str(tmp_path / "ok.yaml"), "a=[1"], "the command-line value 'a=[1' is not valid"),
+                       (["--config", str(tmp_path / "ok.yaml"), "a"], "must be in the form of key=value")]:
+        monkeypatch.setattr("sys.argv", ["recipe", *argv])
+        with pytest.raises(ConfigError, match=re.escape(says)):
+            cli.read_config(TuneRecipeArgumentParser())
+
+
+# ---------------------------------------------------------------------------- packages and recipes
+
+
+@pytest.mark.skipif(importlib.util.find_spec("liger_kernel") is not None, reason="liger-kernel is installed")
+def test_loss_impl_liger_without_liger_kernel_is_a_start_up_config_error(data, tune_run, tmp_path):
+    message = only_the_message(tune_run(*TRAIN, *data, f"output_dir={tmp_path}", NO_TASKS, "loss.impl=liger"))
+    assert message == ("invalid EntroDrop config (1 problem):\n  loss.impl=liger needs liger-kernel (with triton and a "
+                       "CUDA GPU), which is not installed: pip install -e '.[gpu]', or use impl: torch")
+
+
+def test_a_copied_recipe_in_a_recipes_folder_without_init_is_one_message(tiny_assets, tmp_path):
+    user = tmp_path / "my_project"
+    (user / "recipes").mkdir(parents=True)
+    for name in ("configs", "assets"):
+        (user / name).symlink_to(REPO / name)
+    shutil.copy(REPO / "recipes" / "smoke.py", user / "recipes" / "my_run.py")
+    result = subprocess.run([TUNE, "run", "recipes/my_run.py", "--config", "configs/tiny/qwen3_smoke.yaml",
+                             "output_dir=out"], cwd=user, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    message = only_the_message(result)
+    assert message.startswith("tune run recipes/my_run.py: the package `recipes` that was imported is ")
+    assert f"add an empty {user / 'recipes' / '__init__.py'}" in message and len(message.splitlines()) == 1
+    assert not (user / "out").exists()
+
+
+# ---------------------------------------------------------------------------- the cache's model
+
+
+def scaled_checkpoint(tiny_assets, out: Path) -> Path:
+    """The tiny checkpoint with one layer's weights scaled by 1.5: another model, the same shapes."""
+    shutil.copytree(tiny_assets / "qwen3", out)
+    (weights,) = out.glob("*.safetensors")
+    state = load_file(weights)
+    key = next(k for k in state if "layers.0." in k and k.endswith("weight"))
+    state[key] = state[key] * 1.5
+    save_file(state, weights, metadata={"format": "pt"})
+    return out
+
+
+def test_an_entropy_cache_of_another_model_is_refused_at_training_start_up(data, tiny_assets, tune_run, tmp_path):
+    overrides = dict(arg.split("=", 1) for arg in data)
+    other = scaled_checkpoint(tiny_assets, tmp_path / "other")
+    check_cache_model(str(tiny_assets / "qwen3"), overrides["data.target_entropy"], None)  # its own model: fine
+    with pytest.raises(CacheMismatchError) as error:
+        check_cache_model(str(other), overrides["data.target_entropy"])
+    message = str(error.value)
+    assert len(message.splitlines()) == 1 and message.count("fingerprint ") == 2
+    assert "re-run recipes/precompute_entropy.py" in message
+
+    # recipes/verify_entropy_cache.py refuses it too (it compares the same fingerprint) ...
+    verify = tune_run("recipes/verify_entropy_cache.py", "--config", "configs/tiny/qwen3_precompute_entropy.yaml",
+                      f"target_tokens={overrides['data.target_tokens']}",
+                      f"cache_dir={overrides['data.target_entropy']}", f"checkpointer.checkpoint_dir={other}")
+    assert verify.returncode == 1 and "model: cache has" in verify.stderr, verify.stderr[-2000:]
+    # ... and training refuses to start, before its first step, with that one line.
+    result = tune_run(*TRAIN, *data, f"output_dir={tmp_path / 'run'}", NO_TASKS, f"checkpointer.checkpoint_dir={other}")
+    said = only_the_message(result)
+    assert said.splitlines()[-1].startswith(f"the entropy cache {overrides['data.target_entropy']} was computed by "
+                                            "another model (fingerprint ")
+    assert f"than checkpointer.checkpoint_dir={other} (fingerprint " in said
+    assert not list((tmp_path / "run").glob("checkpoints/step_*"))
