@@ -23,11 +23,13 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Callable, List, Optional
@@ -39,14 +41,15 @@ PYTHON = sys.executable
 @dataclass
 class Stage:
     """A command run from the repository root for at most ``cap_s`` seconds. ``parse`` turns its
-    stdout into figures for the JSON file (default: every Markdown table it printed)."""
+    stdout into figures for the JSON file (default: every Markdown table it printed); the
+    ``*.log`` files it leaves in ``logs`` are copied into the output directory, however it ended."""
 
     name: str
     command: List[str]
     cap_s: float
     what: str
     parse: Optional[Callable[[str], dict]] = None
-    result: dict = field(default_factory=dict)
+    logs: Optional[Path] = None
 
 
 def markdown_tables(text: str) -> dict:
@@ -90,12 +93,15 @@ def pytest_results(text: str) -> dict:
     return {"tests": tests}
 
 
-def default_stages(out: Path) -> List[Stage]:
+def default_stages(work: Path) -> List[Stage]:
+    """The check's stages; ``work`` holds what bench_gpu.py builds (a 1.2 GB checkpoint, token
+    stores), apart from the output directory, which a device call brings back whole."""
     return [
         Stage("suite", [PYTHON, "-m", "pytest", "-m", "gpu", "-n", "0", "-v", "--durations=0",
                         "-p", "no:cacheprovider"], 180, "the GPU tests (tests/test_gpu_*.py)", parse=pytest_results),
-        Stage("bench_gpu", [PYTHON, "scripts/bench_gpu.py", "--quick", "--out", str(out / "bench_gpu")], 180,
-              "Qwen3-0.6B: precompute, then training with EntroDrop off, static, and signal: loss"),
+        Stage("bench_gpu", [PYTHON, "scripts/bench_gpu.py", "--quick", "--out", str(work / "bench_gpu")], 180,
+              "Qwen3-0.6B: precompute, then training with EntroDrop off, static, and signal: loss",
+              logs=work / "bench_gpu"),
         Stage("generate", [PYTHON, "scripts/bench_generate.py", "--device", "cuda", "--quick"], 90,
               "greedy generation through the lm-eval adapter, Qwen3-0.6B shape, batches 32 and 128"),
         Stage("loss", [PYTHON, "scripts/bench_loss.py", "--device", "cuda", "--tokens", "8192",
@@ -119,6 +125,10 @@ def run_stage(stage: Stage, out: Path, cap_scale: float) -> dict:
             returncode = None
             end_group(process)
     seconds = time.perf_counter() - start
+    if stage.logs is not None and stage.logs.is_dir():
+        (out / f"{stage.name}_logs").mkdir(exist_ok=True)
+        for log in stage.logs.glob("*.log"):
+            shutil.copy(log, out / f"{stage.name}_logs" / log.name)
     text = stdout.read_text(errors="replace")
     figures = (stage.parse or markdown_tables)(text)
     if returncode is None:
@@ -212,7 +222,7 @@ def main() -> None:
     args = parser.parse_args()
     out = args.out or (Path(os.environ["OUT"]) if os.environ.get("OUT") else
                        REPO / "outputs" / "gpu_check" / datetime.now().strftime("%Y%m%d-%H%M%S"))
-    stages = default_stages(out.resolve())
+    stages = default_stages(Path(tempfile.gettempdir()) / "entrodrop_gpu_check")
     if args.stages:
         known = {s.name for s in stages}
         wanted = args.stages.split(",")

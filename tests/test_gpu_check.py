@@ -1,6 +1,6 @@
 """scripts/gpu_check.py on CPU, with stages of its own: one that passes with a table, one that
-runs past its cap (its process group ended, the row it printed first kept), one that fails,
-and a real pytest run read test by test; summary.md and summary.json still say it all."""
+runs past its cap (its process group ended, the row it printed first and its log kept), one
+that fails, and a real pytest run read test by test; summary.md and summary.json say it all."""
 
 import json
 import os
@@ -14,11 +14,14 @@ PY = sys.executable
 def test_a_stage_that_fails_or_runs_out_of_time_is_a_row_and_the_rest_still_runs(tmp_path):
     check = _load_script("gpu_check")
     child_pid = tmp_path / "child.pid"
+    (tmp_path / "work").mkdir()
     table = "print('| what | tokens/s |'); print('|---|---|'); print('| decode | 5,106 |', flush=True)"
     stages = [
         check.Stage("slow", [PY, "-c", f"{table}; import subprocess, time; p = subprocess.Popen(['sleep', '60']); "
-                                       f"open({str(child_pid)!r}, 'w').write(str(p.pid)); time.sleep(60)"],
-                    cap_s=3, what="prints a row, then hangs with a child"),
+                                       f"open({str(child_pid)!r}, 'w').write(str(p.pid)); "
+                                       f"open({str(tmp_path / 'work' / 'run.log')!r}, 'w').write('step 1'); "
+                                       "time.sleep(60)"],
+                    cap_s=3, what="prints a row and a log, then hangs with a child", logs=tmp_path / "work"),
         check.Stage("broken", [PY, "-c", f"{table}; import sys; sys.exit('CUDA error: out of memory')"], cap_s=30,
                     what="prints a row, then fails"),
         check.Stage("fine", [PY, "-c", table], cap_s=30, what="passes"),
@@ -30,6 +33,7 @@ def test_a_stage_that_fails_or_runs_out_of_time_is_a_row_and_the_rest_still_runs
     assert results[1]["note"] == "exit status 1: CUDA error: out of memory"
     for r in results:  # the row printed before the hang or the failure is kept
         assert r["tables"] == [[{"what": "decode", "tokens/s": "5,106"}]], r
+    assert (tmp_path / "check" / "slow_logs" / "run.log").read_text() == "step 1"  # copied after the timeout
     pid = int(child_pid.read_text())
     try:  # the slow stage's child went with its process group (or is a zombie about to be reaped)
         state = open(f"/proc/{pid}/stat").read().split()[2]
