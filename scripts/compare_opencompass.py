@@ -27,9 +27,9 @@ humaneval,mbpp}.py``, ``opencompass/evaluator/math_evaluator.py``,
   a fence; fewer than two: no code);
 - MMLU: ``first_option_postprocess(options='ABCD')`` (``choices.first_option``), exact match.
 
-Only the extraction and judging rules are re-stated: every program (the project's and
-OpenCompass's) runs in the project's sandbox and is judged by its rules (assertion values against
-the reference solution's), so the code columns differ by what each takes from the reply.
+For the code benchmarks only the extraction is re-stated: every program (the project's and
+OpenCompass's) runs in the project's sandbox and is judged as the project judges it, so the code
+columns differ by what each takes from the reply.
 """
 
 import argparse

@@ -47,6 +47,8 @@ def test_first_option_follows_opencompass(reply, options, letter):
     ("A is tempting, but the answer is C.", "C"),  # the last answer stated
     ("At first I said the answer is A. On reflection, the answer is B.", "B"),
     ("The heart pumps blood, so B is correct.", "B"), ("I'd go with C.", "C"), ("Option B", "B"),
+    ("The answer is B, not A.", "B"),  # OpenCompass's reader: A, the option at the end
+    ("I think it is B. Because A and C are wrong.", "B"), ("Pumping blood makes B the right answer.", "B"),
     ("A person needs oxygen: the best choice is D", "D"),  # the article A is no option
     ("答案是C", "C"), ("\\boxed{B}", "B"), ("<think>Maybe A.</think>The answer is C.", "C"),
     ("Because of this, none fits.", ""), ("No idea.", ""),

@@ -8,7 +8,8 @@ with its final choice):
 
 1. the answer stated: "The answer is B", "Answer: (C)", "the correct answer would be D",
    "\\boxed{A}", "答案是C" (a lower-case letter too, when it stands alone: "Answer: c");
-2. an option called right or chosen: "B is correct", "the best option is C", "I'd go with D";
+2. an option called right or chosen: "B is correct", "the best option is C", "making B the
+   correct choice", "it is D", "I'd go with D";
 3. a reply that opens with the letter: "B", "B.", "(B)", "B) heart", "B: heart";
 4. an option named: "(D)", "option D";
 5. the one option whose text the reply names (given the options' texts), when only one is;
@@ -120,6 +121,8 @@ def _letter_rules(o: str) -> list:
          rf"答案(?:应该)?(?:是|为|选)?\s*[:：]?\s*[(（]?([{o}])"],
         [rf"(?<![A-Za-z])[(\[]?([{o}])[)\]]?\s+(?i:is|seems|appears)\s+(?i:to be\s+)?(?i:the\s+)?{right}",
          rf"(?i:\b(?:correct|right|best)\s+(?:option|choice|letter))\s*(?i:is|would be)?\s*[:=]?\s*[(\[]?([{o}]){end}",
+         rf"(?<![A-Za-z])([{o}])\s+(?i:the\s+(?:correct|right|best)\s+(?:answer|option|choice))",  # making B the ...
+         rf"(?i:\bit(?:'s|’s|\s+is|\s+must be|\s+should be|\s+would be))\s+(?i:option\s+)?[(\[]?([{o}]){end}",
          rf"(?i:\b(?:choose|chose|pick|select|go with|going with|say))\s+(?i:option\s+|choice\s+)?[(\[]?([{o}]){end}"],
         [rf"^\s*[(\[]?([{o}])(?:[)\].:：,]|\s*$|\s*\n|\s+[-–—])",
          rf"^\s*(?i:option|choice)\s*[(\[]?([{o}]){end}"],
