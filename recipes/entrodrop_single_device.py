@@ -200,6 +200,8 @@ class EntroDropRecipeSingleDevice:
             self._signal.load_state_dict(state["loss_signal"])
 
     def _setup_optimizer(self, cfg: DictConfig, state: Optional[dict]) -> None:
+        """The optimizer and its learning-rate schedule over the run's steps; a resumed run takes the
+        checkpoint's state of both."""
         self._optimizer = config.instantiate(cfg.optimizer, self._model.parameters())
         self._lr_scheduler = config.instantiate(cfg.lr_scheduler, self._optimizer, num_training_steps=self._num_steps)
         if state:
