@@ -11,9 +11,12 @@ into samples of ``max_seq_len`` or cut, as its ``long_samples`` says, and the lo
 were. Several processes share each store's blocks of rows (``entrodrop.data.token_stores``); a killed
 run keeps what it finished and the same command completes it.
 
-Every corpus is read, rendered and checked before any store is written (a streamed source as
-it is read): a missing file or column, a template field or turn key that rows lack, a
-selection that leaves nothing, each is an error naming its ``corpora.<name>`` key.
+Every corpus is read, rendered and checked before any store is written (a streamed source: its
+first rows in file order, and the rest as it is read, a bad row named by its place in its file):
+a missing, empty or unreadable file, a missing column, a template field or turn key that rows
+lack, a selection that leaves nothing, each is an error naming its ``corpora.<name>`` key. The
+log says what the selection found (duplicates, rows sharing a problem, the held-out problems,
+turns of unknown roles) and what each budget took and why it stopped (docs/data.md).
 """
 
 import os

@@ -6,6 +6,8 @@ model has loaded (an 8B model's weights, on every rank). Both are read here from
 in lm-eval's index, with its includes merged, so a wrong name fails at start-up.
 """
 
+import hashlib
+import json
 import os
 from importlib.metadata import PackageNotFoundError, version
 from importlib.util import find_spec
@@ -186,18 +188,106 @@ def check_tasks(task_groups: Dict[str, List[str]], target_group: str, task_manag
     return problems + check_packages(task_manager, [t for tasks in fine.values() for t in tasks])
 
 
-def task_index(lm_eval_cfg):
+def index_cache_dir() -> Path:
+    """Where ``task_index`` keeps what it learnt of lm-eval's index: ``$XDG_CACHE_HOME/entrodrop``
+    (``~/.cache/entrodrop``) ``/lm_eval_index``. Deleting it costs one full index, nothing else."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "entrodrop" / "lm_eval_index"
+
+
+def needed_entries(index: Dict, names: List[str]) -> Dict:
+    """The entries of lm-eval's ``index`` that tasks or groups ``names`` need: their own, and
+    those of the tasks, groups and tags they hold, recursively (``members``, and a tag's tasks)."""
+    found, todo = {}, list(names)
+    while todo:
+        name = todo.pop()
+        if name in found or name not in index:
+            continue
+        entry = found[name] = index[name]
+        config = entry.cfg or {}
+        if entry.kind.name == "TAG":
+            todo += sorted(entry.tags)
+        listed = config.get("task", []) if "group" in config else []
+        for member in listed if isinstance(listed, list) else [listed]:
+            named = member if isinstance(member, str) else member.get("task") if isinstance(member, dict) else None
+            todo += [named] if isinstance(named, str) else [n for n in named or [] if isinstance(n, str)]
+    return found
+
+
+def _stamps(dirs: List[str]) -> Dict[str, List[int]]:
+    """Each task YAML under ``dirs``, with its modification time and size: what a cached index was read from."""
+    return {str(p): [p.stat().st_mtime_ns, p.stat().st_size] for d in dirs for p in sorted(Path(d).glob("**/*.yaml"))}
+
+
+def _outermost(dirs: List[Path]) -> List[str]:
+    """``dirs`` in order without duplicates, or any inside another (lm-eval scans each recursively)."""
+    kept: List[Path] = []
+    for d in dict.fromkeys(dirs):
+        if not any(d == k or k in d.parents for k in kept):
+            kept = [k for k in kept if d not in k.parents] + [d]
+    return [str(d) for d in kept]
+
+
+def _identity(index: Dict, names) -> Dict[str, list]:
+    """What must match between a full index and a narrow one: each entry's file and tags."""
+    return {name: [str(Path(index[name].yaml_path).resolve()) if index[name].yaml_path else None, sorted(index[name].tags)]
+            for name in sorted(names) if name in index}
+
+
+def load_task_manager(names: List[str], include_path: Optional[str], cache_dir: Path):
+    """lm-eval's ``TaskManager`` for tasks or groups ``names``, indexing only the directories
+    their YAMLs are in.
+
+    lm-eval's ``TaskManager()`` parses every task YAML it ships (about 14,000) and those of
+    ``include_path``: 6-10 s at every start. The first time a set of names is asked for, that full
+    index is built, and the directories of the entries the names need (``needed_entries``) are
+    kept in ``cache_dir`` with the modification time and size of each YAML under them and under
+    ``include_path``; later, ``TaskManager(include_path=those directories)`` indexes them alone
+    in a fraction of a second. A changed, added or removed YAML there, another lm-eval version or
+    an entry the narrow index resolves to another file than the full one builds the full index again.
+    """
+    import lm_eval.tasks
+    from lm_eval.tasks import TaskManager
+
+    library = Path(lm_eval.tasks.__file__).parent
+    includes = [str(Path(include_path).resolve())] if include_path else []
+    key = {"lm_eval": version("lm_eval"), "library": str(library), "include_path": includes, "tasks": sorted(set(names))}
+    path = cache_dir / f"{hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]}.json"
+    try:
+        cached = json.loads(path.read_text())
+    except (OSError, ValueError):
+        cached = None
+    if cached and cached["key"] == key and cached["stamps"] == _stamps(cached["dirs"] + includes):
+        narrow = TaskManager(include_path=cached["dirs"] or None, include_defaults=False)
+        if _identity(narrow.task_index, cached["identity"]) == cached["identity"]:
+            return narrow
+    manager = TaskManager(include_path=include_path)
+    needed = needed_entries(manager.task_index, names)
+    files = [Path(e.yaml_path).resolve() for e in needed.values() if e.yaml_path]
+    # lm-eval's own directories first, then include_path's: a later one overrides, as in TaskManager.
+    dirs = _outermost([f.parent for f in files if library in f.parents] + [f.parent for f in files if library not in f.parents])
+    record = {"key": key, "dirs": dirs, "identity": _identity(manager.task_index, needed),
+              "stamps": _stamps(dirs + includes)}
+    try:  # best effort: a cache that cannot be written costs the full index next time, nothing else
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(record))
+        os.replace(tmp, path)
+    except OSError:
+        pass
+    return manager
+
+
+def task_index(lm_eval_cfg, cache_dir: Optional[Path] = None):
     """lm-eval's ``TaskManager`` once every configured task checks out (``check_tasks``; one
-    ``ConfigError`` lists the problems), or None when no task is set: indexing lm-eval's tasks
-    takes ~10 s, which a run without tasks does not pay. ``lm_eval_cfg``: the config's
-    ``evaluation.lm_eval``."""
+    ``ConfigError`` lists the problems), or None when no task is set. The index covers the
+    configured tasks (``load_task_manager``: the full one, ~10 s, the first time only).
+    ``lm_eval_cfg``: the config's ``evaluation.lm_eval``; ``cache_dir``: ``index_cache_dir()``."""
     ev = lm_eval_cfg
     task_groups = {group: list(tasks) for group, tasks in ev.tasks.items()}
     if not any(task_groups.values()):
         return None
-    from lm_eval.tasks import TaskManager
-
-    task_manager = TaskManager(include_path=ev.include_path)
+    names = [t for tasks in task_groups.values() for t in tasks]
+    task_manager = load_task_manager(names, ev.include_path, cache_dir or index_cache_dir())
     raise_problems(check_tasks(task_groups, ev.target_group, task_manager, ev.allow_code_execution, dict(ev.metrics)),
                    "lm-eval task")
     return task_manager

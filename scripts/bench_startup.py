@@ -1,0 +1,126 @@
+"""How long the tiny training config takes from `tune run` to its first step. Prints a table.
+
+    python scripts/bench_startup.py [--repeats 3] [--repo /tmp/old32 --repo .]
+
+Each run is the real `tune run recipes/entrodrop_single_device.py` on
+configs/tiny/qwen3_entrodrop_single_device.yaml, whose lm-eval task (humaneval_likelihood) is
+set, in a fresh process; the clock stops when the run's DiskLogger writes its ``Step 1`` line
+(written and flushed right after the first optimizer step), and the run is then stopped. The
+floor is `python -c "import torchtune"`, which `tune` pays before it reads the config.
+
+``--repo`` runs the recipe of another checkout (a `git worktree` of an older commit, sharing
+this environment and ``assets/``), so a change is timed beside the code before it; the token
+stores and entropy caches are built once, by this checkout, in a temporary directory (or
+``--data``). The first run of a checkout fills lm-eval's index cache
+(``entrodrop.eval.task_checks``); ``--cold`` clears it before every run. The load average is
+printed with the table: the machine is shared, and a busy one is slower.
+"""
+
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+TUNE = Path(sys.executable).with_name("tune")
+CONFIG = "configs/tiny/qwen3_entrodrop_single_device.yaml"
+TRAIN = ["run", "recipes/entrodrop_single_device.py", "--config", CONFIG]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def build_data(root: Path) -> list:
+    """Token stores and entropy caches of the tiny corpora under ``root``, as tests/conftest.py builds
+    them; the overrides that point the training config at them."""
+    if not (root / "entropy_val" / "manifest.json").exists():
+        steps = [["recipes/tokenize_corpus.py", "--config", "configs/tiny/qwen3_tokenize.yaml",
+                  f"corpora.target.store_dir={root}/target", f"corpora.general.store_dir={root}/general",
+                  f"corpora.target_val.store_dir={root}/target_val"]]
+        steps += [["recipes/precompute_entropy.py", "--config", "configs/tiny/qwen3_precompute_entropy.yaml",
+                   f"target_tokens={root}/{corpus}", f"cache_dir={root}/{cache}"]
+                  for corpus, cache in [("target", "entropy"), ("target_val", "entropy_val")]]
+        for step in steps:
+            subprocess.run([str(TUNE), "run", *step], cwd=REPO, env=ENV, check=True, capture_output=True)
+    return [f"data.target_tokens={root}/target", f"data.target_entropy={root}/entropy",
+            f"data.general_tokens={root}/general", f"evaluation.validation.target_tokens={root}/target_val",
+            f"evaluation.validation.target_entropy={root}/entropy_val"]
+
+
+def first_step_seconds(repo: Path, overrides: list, output_dir: Path, timeout: float = 300) -> float:
+    """Seconds from starting `tune run` to the first ``Step 1`` line of its log; the run is then stopped."""
+    start = time.perf_counter()
+    # A session of its own, so the whole process group (tune and what it starts) is stopped after.
+    process = subprocess.Popen([str(TUNE), *TRAIN, f"output_dir={output_dir}", *overrides], cwd=repo, env=ENV,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        while time.perf_counter() - start < timeout:
+            logs = list((output_dir / "logs").glob("*.txt")) if (output_dir / "logs").is_dir() else []
+            if any(line.startswith("Step 1 ") for log in logs for line in log.read_text().splitlines()):
+                return time.perf_counter() - start
+            if process.poll() is not None:
+                raise RuntimeError(f"{repo}: the run ended before its first step:\n{process.stderr.read()[-3000:]}")
+            time.sleep(0.02)
+        raise RuntimeError(f"{repo}: no first step within {timeout} s")
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def import_seconds() -> float:
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import torchtune"], check=True)
+    return time.perf_counter() - start
+
+
+def clear_index_cache() -> None:
+    """Remove lm-eval's index cache (``entrodrop.eval.task_checks``), where this checkout has one."""
+    try:
+        from entrodrop.eval.task_checks import index_cache_dir
+    except ImportError:
+        return
+    for path in index_cache_dir().glob("*.json") if index_cache_dir().is_dir() else []:
+        path.unlink()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repo", action="append", type=Path, help="a checkout whose recipe runs (repeatable; "
+                        "default this one)")
+    parser.add_argument("--data", type=Path, help="where the token stores and caches are built (default: a temporary "
+                        "directory)")
+    parser.add_argument("--cold", action="store_true", help="clear lm-eval's index cache before every run")
+    args = parser.parse_args()
+    repos = [r.resolve() for r in args.repo or [REPO]]
+    with tempfile.TemporaryDirectory() as tmp:
+        overrides = build_data(args.data or Path(tmp) / "data")
+        floor = statistics.median(import_seconds() for _ in range(args.repeats))
+        load_before = os.getloadavg()
+        rows = []
+        for repo in repos:
+            # One warm-up run: the first start after a change compiles .pyc files and fills caches.
+            if not args.cold:
+                first_step_seconds(repo, overrides, Path(tmp) / f"warm-{len(rows)}")
+            seconds = []
+            for k in range(args.repeats):
+                if args.cold:
+                    clear_index_cache()
+                seconds.append(first_step_seconds(repo, overrides, Path(tmp) / f"run-{len(rows)}-{k}"))
+            rows.append((repo, seconds))
+        load_after = os.getloadavg()
+    print(f"| checkout | seconds to the first step (median of {args.repeats}) | min | max |")
+    print("|---|---|---|---|")
+    print(f"| (floor: import torchtune) | {floor:.2f} | - | - |")
+    for repo, seconds in rows:
+        print(f"| {repo} | {statistics.median(seconds):.2f} | {min(seconds):.2f} | {max(seconds):.2f} |")
+    print(f"\n{os.cpu_count()} CPUs; load average (1, 5, 15 min) before {', '.join(f'{x:.2f}' for x in load_before)}, "
+          f"after {', '.join(f'{x:.2f}' for x in load_after)}; lm-eval index cache: {'cleared each run' if args.cold else 'warm'}")
+
+
+if __name__ == "__main__":
+    main()
