@@ -237,8 +237,12 @@ def main() -> None:
                 # evaluation off: this measures training steps
                 "evaluation.validation.target_tokens=null", "evaluation.validation.target_entropy=null",
                 "evaluation.lm_eval.tasks.code=[]"]
+        # The demo model's own entropies: training refuses a cache computed by another model.
+        tune("recipes/precompute_entropy.py", "--config", "configs/demo/precompute_entropy.yaml",
+             "checkpointer.checkpoint_dir=assets/tiny/qwen3_demo", f"target_tokens={tmp}/target",
+             f"cache_dir={tmp}/entropy_demo")
         demo = ["recipes/entrodrop_single_device.py", "--config", "configs/demo/cpt_entrodrop.yaml",
-                "checkpointer.checkpoint_dir=assets/tiny/qwen3_demo", *data]
+                "checkpointer.checkpoint_dir=assets/tiny/qwen3_demo", *data, f"data.target_entropy={tmp}/entropy_demo"]
         tiny = ["recipes/entrodrop_single_device.py", "--config", "configs/tiny/qwen3_entrodrop_single_device.yaml",
                 *data]
         ours = {  # the signal: loss run beside its entropy twin, so the two are neighbours in every repeat

@@ -33,7 +33,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence
 import numpy as np
 
 from entrodrop.data.corpus import token_hash, token_hashes
-from entrodrop.errors import CacheMismatchError
+from entrodrop.errors import CacheMismatchError, CheckpointError
 from entrodrop.temp_paths import temp_dir
 
 STORE_VERSION = 1
@@ -154,13 +154,19 @@ def check_cache_model(checkpoint_dir: str, *cache_dirs: Optional[str]) -> None:
 
     Raises:
         CacheMismatchError: one line naming both fingerprints and the fix.
+        CheckpointError: a damaged weight file (an interrupted download), named as such rather
+            than as another model.
     """
-    from entrodrop.checkpointing import find_weight_files
+    from entrodrop.checkpointing import damaged_weights, find_weight_files
 
     now = None
     for cache_dir in (d for d in cache_dirs if d is not None):
         cached = json.loads((Path(cache_dir) / MANIFEST).read_text())["key"]["model"]
-        now = now or fingerprint_checkpoint(checkpoint_dir, find_weight_files(Path(checkpoint_dir)))
+        if now is None:
+            damaged = damaged_weights(Path(checkpoint_dir))
+            if damaged:
+                raise CheckpointError(damaged)
+            now = fingerprint_checkpoint(checkpoint_dir, find_weight_files(Path(checkpoint_dir)))
         if cached != now:
             raise CacheMismatchError(
                 f"the entropy cache {cache_dir} was computed by another model (fingerprint {cached}) than "
