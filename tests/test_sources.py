@@ -599,6 +599,9 @@ SOURCE_ERRORS = [
     ("template field", "rstar", "json", {"template": "{question}\n\n{answer}"},
      "corpora.t.template: no template field 'answer' in json; its columns are ['question', 'seed_question', "
      "'seed_source', 'response', 'code']"),
+    ("problem_key names no column", "numina", "parquet", {"template": "{problem}\n\n{solution}", "problem_key": "question"},
+     "corpora.t.problem_key: no column 'question' in parquet; its columns are ['source', 'problem', 'solution', "
+     "'messages']"),
     ("no row has the field", "nosolution", "parquet", {"template": "{problem}\n\n{solution}"},
      "corpora.t: none of the 6 rows of parquet has a non-empty problem / solution"),
     ("a list is no text", "numina", "parquet", {"column": "messages"},
@@ -825,6 +828,8 @@ CONFIG_RULES = [
     ({"column": "response", "data_files": None},
      "corpora.t.data_files=None: the local builder parquet reads data_files"),
     ({"template": "no field"}, "corpora.t.template='no field' names no column"),
+    ({"column": "response", "problem_key": "first_user_turn"},
+     "corpora.t.problem_key=first_user_turn reads the turns: it needs conversation_column, or name the prompt's column"),
 ]
 
 
