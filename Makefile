@@ -40,6 +40,10 @@ test: $(ASSETS)
 test-fast: $(ASSETS)
 	$(PY) -m pytest -m "not recipe and not gpu"
 
+# ruff, as configured in pyproject.toml (tests/test_lint.py runs the same check in the unit tier).
+lint: $(INSTALLED)
+	$(VENV)/bin/ruff check .
+
 # liger-kernel (the `gpu` extra) for the loss tests of `impl: liger`.
 $(GPU_INSTALLED): $(INSTALLED)
 	$(PY) -m pip install --quiet --disable-pip-version-check "torch==$(TORCH_VERSION)" -e ".[dev,gpu]"

@@ -26,7 +26,7 @@ from torch.autograd.function import once_differentiable
 from torchtune.modules import TransformerDecoder
 
 from entrodrop.errors import ConfigError, MissingPackageError
-from entrodrop.models.head import projection_weight, hidden_states, output_weight
+from entrodrop.models.head import hidden_states, output_weight, projection_weight
 
 IMPLS = ("torch", "liger")
 REDUCTIONS = ("mean", "sum")

@@ -432,7 +432,8 @@ def write_report(runs: List[Dict], out_dir: str, target_group: Optional[str] = N
                           "(signal_agreement.png)."]
     (out / "table.md").write_text("\n".join(lines) + "\n")
     return {"rows": rows, "midpoint": midpoint, "auto_midpoints": {run["name"]: run["auto_midpoint"] for run in runs},
-            "notes": notes, "target_group": target_group, "files": [str(out / f) for f in (*files, "gamma_schedule.png", "table.md")]}
+            "notes": notes, "target_group": target_group,
+            "files": [str(out / f) for f in (*files, "gamma_schedule.png", "table.md")]}
 
 
 def draw_score_vs_loss(runs: List[Dict], target_group: str, path, kept: Optional[set] = None) -> None:

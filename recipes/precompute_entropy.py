@@ -68,7 +68,8 @@ class PrecomputeEntropyRecipe:
             self._writer = SampleStoreWriter(cfg.cache_dir, "entropy", key, len(self._tokens), cfg.samples_per_shard, create=True)
         self._barrier()
         if self._rank != 0:
-            self._writer = SampleStoreWriter(cfg.cache_dir, "entropy", key, len(self._tokens), cfg.samples_per_shard, create=False)
+            self._writer = SampleStoreWriter(cfg.cache_dir, "entropy", key, len(self._tokens), cfg.samples_per_shard,
+                                             create=False)
         pending = self._writer.pending_shards()
         self._barrier()
         self._shards = pending[self._rank :: self._world_size]

@@ -119,7 +119,8 @@ def main() -> None:
     for repo, seconds in rows:
         print(f"| {repo} | {statistics.median(seconds):.2f} | {min(seconds):.2f} | {max(seconds):.2f} |")
     print(f"\n{os.cpu_count()} CPUs; load average (1, 5, 15 min) before {', '.join(f'{x:.2f}' for x in load_before)}, "
-          f"after {', '.join(f'{x:.2f}' for x in load_after)}; lm-eval index cache: {'cleared each run' if args.cold else 'warm'}")
+          f"after {', '.join(f'{x:.2f}' for x in load_after)}; "
+          f"lm-eval index cache: {'cleared each run' if args.cold else 'warm'}")
 
 
 if __name__ == "__main__":

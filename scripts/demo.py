@@ -109,7 +109,8 @@ def build_corpora() -> None:
     sizes = {
         "pretrain_code": write_jsonl(OUT / "corpora" / "pretrain_code.jsonl", [b for f in modules for b in blocks(read(f))]),
         "pretrain_prose": write_jsonl(OUT / "corpora" / "pretrain_prose.jsonl",
-                                      [p.strip() for t in pydoc_data.topics.topics.values() for p in t.split("\n\n") if len(p.strip()) >= 80]),
+                                      [p.strip() for t in pydoc_data.topics.topics.values()
+                                       for p in t.split("\n\n") if len(p.strip()) >= 80]),
         "target": write_jsonl(OUT / "corpora" / "target.jsonl", [b for i, b in enumerate(target_blocks) if i % 7]),
         "target_val": write_jsonl(OUT / "corpora" / "target_val.jsonl", [b for i, b in enumerate(target_blocks) if not i % 7]),
         "general": write_jsonl(OUT / "corpora" / "general.jsonl", [d for f in others for d in docstrings(read(f))]),

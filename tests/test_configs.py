@@ -179,9 +179,9 @@ def test_the_tiny_configs_run_from_their_headers_as_written(tiny_assets, tmp_pat
     for name in ("recipes", "configs", "entrodrop", "assets"):
         (tmp_path / name).symlink_to(REPO / name)
     done = []
-    for config in ("configs/tiny/qwen3_entrodrop_single_device.yaml", "configs/tiny/qwen3_entrodrop_distributed.yaml",
-                   "configs/tiny/qwen3_evaluate.yaml"):
-        for command in header_commands(REPO / config):
+    for path in ("configs/tiny/qwen3_entrodrop_single_device.yaml", "configs/tiny/qwen3_entrodrop_distributed.yaml",
+                 "configs/tiny/qwen3_evaluate.yaml"):
+        for command in header_commands(REPO / path):
             if command in done:
                 continue
             args = shlex.split(command)
@@ -278,7 +278,7 @@ def test_the_paper_tokenize_configs_run_from_their_headers_on_local_copies(tiny_
             path = REPO / "configs" / f"{model}{setting}_tokenize.yaml"
             cfg = OmegaConf.load(path)
             [command] = [c for c in header_commands(path) if "tokenize_corpus.py" in c and "nproc" not in c]
-            overrides = [f"tokenizer._component_=entrodrop.models.qwen3.qwen3_tokenizer", f"tokenizer.path={tiny}/vocab.json",
+            overrides = ["tokenizer._component_=entrodrop.models.qwen3.qwen3_tokenizer", f"tokenizer.path={tiny}/vocab.json",
                          f"tokenizer.merges_file={tiny}/merges.txt", f"tokenizer.special_tokens_path={tiny}/tokenizer.json",
                          "max_seq_len=64", "samples_per_shard=32"]
             for name, entry in cfg.corpora.items():

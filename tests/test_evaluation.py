@@ -429,7 +429,9 @@ def test_validation_losses_by_bucket_are_a_hand_computation_on_one_rank_or_two(t
 
 def due_steps(every_n_steps, every_n_epochs, num_steps=30):
     """The steps a 30-step run evaluates after, its target epoch growing 0.3 a step (9 epochs)."""
-    epoch = lambda step: step * 3 / 10  # exact at whole epochs: 10 / 10, 20 * 3 / 10...
+    def epoch(step):
+        return step * 3 / 10  # exact at whole epochs: 10 / 10, 20 * 3 / 10...
+
     return [s for s in range(1, num_steps + 1)
             if evaluation_due(s, num_steps, epoch(s - 1), epoch(s), every_n_steps, every_n_epochs)]
 

@@ -158,7 +158,8 @@ def test_edited_corpus_names_the_first_differing_sample(reference_cache, key_par
     edited = tmp_path / "edited.jsonl"
     edited.write_text("\n".join(lines) + "\n")
     with pytest.raises(CacheMismatchError) as err:
-        SampleStore(str(reference_cache), "entropy").verify(*key_and_table(key_parts, tiny_tokenizer(tiny_assets), corpus_path=str(edited)))
+        SampleStore(str(reference_cache), "entropy").verify(
+            *key_and_table(key_parts, tiny_tokenizer(tiny_assets), corpus_path=str(edited)))
     assert "corpus: cache has" in str(err.value) and "first sample that differs: sample 9" in str(err.value)
 
 
@@ -192,7 +193,8 @@ def test_other_model_is_caught(reference_cache, key_parts, tiny_assets, tmp_path
     weights["model.norm.weight"] = weights["model.norm.weight"] * 1.01
     save_file(weights, other / "model.safetensors", metadata={"format": "pt"})
     with pytest.raises(CacheMismatchError) as err:
-        SampleStore(str(reference_cache), "entropy").verify(*key_and_table(key_parts, tiny_tokenizer(tiny_assets), checkpoint_dir=str(other)))
+        SampleStore(str(reference_cache), "entropy").verify(
+            *key_and_table(key_parts, tiny_tokenizer(tiny_assets), checkpoint_dir=str(other)))
     assert "model: cache has" in str(err.value) and "from sample 0" in str(err.value)
 
 
@@ -275,7 +277,8 @@ def test_missing_cache_is_a_clear_error(tmp_path):
 
 def test_corpus_errors_name_file_and_line(tmp_path):
     good, bad_json, no_field = '{"text": "a"}', '{"text": "a"', '{"body": "a"}'
-    for lines, message in [([good, bad_json], ":2: not valid JSON"), ([no_field], ":1: expected an object with a string field 'text'")]:
+    for lines, message in [([good, bad_json], ":2: not valid JSON"),
+                           ([no_field], ":1: expected an object with a string field 'text'")]:
         path = tmp_path / "c.jsonl"
         path.write_text("\n".join(lines) + "\n")
         with pytest.raises(CorpusError, match=message):

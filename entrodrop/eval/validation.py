@@ -126,8 +126,8 @@ def bucket_loss_sums(model: torch.nn.Module, batch: Dict[str, torch.Tensor], dev
     # Chunks split the sequence: rejoin each chunk's [b, s / n] losses along it, so that they
     # line up with the [b, s] entropies and labels flattened below.
     losses = torch.cat([
-        F.cross_entropy(c.float().flatten(0, 1), l.flatten(), ignore_index=IGNORE_INDEX, reduction="none").view(l.shape)
-        for c, l in zip(chunks, labels)
+        F.cross_entropy(c.float().flatten(0, 1), y.flatten(), ignore_index=IGNORE_INDEX, reduction="none").view(y.shape)
+        for c, y in zip(chunks, labels)
     ], dim=1).flatten()
     # The bucket of the predicted token: the input's flags one position to the right.
     label_bucket = torch.cat([batch["bucket"][:, 1:], torch.zeros_like(batch["bucket"][:, :1])], 1).flatten()
