@@ -42,6 +42,10 @@ class CheckpointError(EntroDropError, ValueError):
     """A weight file that is not a whole safetensors file; the message names it and the fix."""
 
 
+class SandboxError(EntroDropError, RuntimeError):
+    """The sandbox for model-written code cannot start here; the message says what it needs."""
+
+
 class OutputDirError(EntroDropError, FileExistsError):
     """``output_dir`` holds an earlier run that this one would mix with; the message says the ways out."""
 

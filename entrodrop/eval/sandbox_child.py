@@ -1,31 +1,34 @@
-"""The child of ``entrodrop.eval.code_runner``: locks itself down, runs one model-written program on
-its tests' inputs, and reports the raw outputs. It never sees an expected output, so it has no
-verdict to forge: the parent, which the program never touches, compares.
+"""The candidate process of ``entrodrop.eval.code_runner``: the only place model-written code runs.
 
-Started as ``python -I sandbox_child.py <results fd>`` (a fresh interpreter, not a fork of the
-process that holds the model) in an empty temporary directory with a scrubbed environment. It
-reads the job (JSON) on stdin, then, before any model-written code runs:
+It holds the program and nothing else: no test, no expected output, no reference solution, no
+verdict. The trusted harness (``code_harness``) reaches it only through remote calls on two
+pipes, one JSON object a line, each request numbered and each reply carrying its number:
 
-1. rlimits: address space, CPU seconds, file size, open files and processes, and a seccomp
-   filter that refuses a new process (fork fails, threads still start): root ignores the
-   process limit, and the filter binds it too;
-2. a user and network namespace: no network (``network: cut``), when the kernel lets an
-   unprivileged process make one;
-3. Landlock: no file outside the temporary directory can be written, truncated, removed or
-   created (``files: confined``), when the kernel has it.
+- ``{"id", "op": "load", "code", "main", "cpu_s"}``: compile the program; unless ``main`` (a
+  stdin program, run once per input), run its module code. Reply ``{"id", "ok": null}``;
+- ``{"id", "op": "call", "name", "args", "kwargs", "solution"}``: call a function of the program
+  (``solution``: a method of one ``Solution()``, LiveCodeBench's form) with arguments encoded by
+  ``encode``. Reply ``{"id", "ok": <encoded return value>}``;
+- ``{"id", "op": "stdin", "input"}``: run the program as ``__main__`` on that input (``input()``,
+  ``sys.stdin``, ``open(0)``). Reply ``{"id", "ok": <what it printed>}``;
+- any failure: ``{"id", "error": "<type>: <message>"}``.
 
-What it reports on the results fd, one JSON object: ``outputs`` (one a test, in order: stdout
-text, or a return value encoded by ``encode``), ``error`` (why it stopped early) and what the
-lock-down got (``network``, ``files``). Standard library only: it must not import the project.
+Started as ``python -I -S -B sandbox_child.py <config JSON>`` by the harness, either inside
+bubblewrap (which brings the namespaces, the read-only file system and this module's seccomp
+filter), or alone, when bubblewrap cannot run here: then ``lock_down`` applies the project's own
+layer (namespaces where the kernel allows them, Landlock for reads and writes, the same seccomp
+filter, signals only to itself). Before any model-written code: rlimits, the protocol moved to
+private descriptors and 0, 1, 2 pointed at ``/dev/null`` (a stray ``print`` cannot garble a
+reply), then one ready line. Standard library only: inside bubblewrap it can read the
+interpreter's standard library and this file, nothing of the project.
 """
 
-import ast
 import ctypes
 import io
 import json
 import os
-import random
 import resource
+import struct
 import sys
 
 PRELUDE = """\
@@ -43,20 +46,28 @@ sys.setrecursionlimit(100000)
 # ------------------------------------------------------------------ values, by type
 
 SCALARS = {type(None): "none", bool: "bool", int: "int", float: "float", str: "str"}
+MAX_DEPTH = 100
+# Ints past 64 bits travel as hex text: Python refuses decimal conversions past 4,300 digits.
+BIG_INT = 1 << 63
 
 
 def encode(value, depth: int = 0):
     """``value`` as JSON that keeps its type: ``[tag, payload]``. Only the builtin types count
     (exactly: a subclass of int with its own ``__eq__`` is refused), so an object that claims to
-    equal everything has no encoding and fails its test.
+    equal everything has no encoding and fails its test. Floats travel as ``repr`` (``nan``,
+    ``inf`` included), ints past 64 bits as hex text, a set's items sorted, a dict's in order.
 
     Example:
         >>> encode((1, [2.5, "a"], {None: True}))
         ['tuple', [['int', 1], ['list', [['float', '2.5'], ['str', 'a']]], ['dict', [[['none', None], ['bool', True]]]]]]
+        >>> encode(-(1 << 70))
+        ['int', '-0x400000000000000000']
     """
     kind = type(value)
-    if depth > 100:
+    if depth > MAX_DEPTH:
         raise ValueError("nested too deep")
+    if kind is int and not -BIG_INT <= value < BIG_INT:
+        return ["int", hex(value)]
     if kind in SCALARS:
         return [SCALARS[kind], repr(value) if kind is float else value]
     if kind in (list, tuple):
@@ -64,39 +75,188 @@ def encode(value, depth: int = 0):
     if kind in (set, frozenset):
         return ["set", sorted((encode(v, depth + 1) for v in value), key=json.dumps)]
     if kind is dict:
-        return ["dict", sorted(([encode(k, depth + 1), encode(v, depth + 1)] for k, v in value.items()), key=json.dumps)]
+        # In its order: a program may depend on it (HumanEval/95 looks at the first key).
+        return ["dict", [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in value.items()]]
     raise TypeError(f"a {kind.__name__} is not a plain value")
 
 
-# ------------------------------------------------------------------ lock-down
+def decode(encoded, depth: int = 0, hashable: bool = False):
+    """The value ``encode`` made, or ``ValueError`` for anything else (a wrong tag, payload or
+    nesting past 100 levels): what arrives over a pipe is checked before it is used. A set
+    inside a set or a dict key comes back as a frozenset.
 
-CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
-PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+    Example:
+        >>> decode(encode((1, {2.5}, -(1 << 70)))) == (1, {2.5}, -(1 << 70))
+        True
+    """
+    if depth > MAX_DEPTH:
+        raise ValueError("nested too deep")
+    if type(encoded) is not list or len(encoded) != 2 or type(encoded[0]) is not str:
+        raise ValueError("not a [tag, payload] pair")
+    tag, payload = encoded
+    kind = type(payload)
+    if tag == "none" and payload is None:
+        return None
+    if (tag == "bool" and kind is bool) or (tag == "str" and kind is str):
+        return payload
+    if tag == "int" and kind is int:
+        return payload
+    if tag == "int" and kind is str and 2 < len(payload) and payload.lstrip("-")[:2] == "0x":
+        return int(payload, 16)
+    if tag == "float" and kind is str and len(payload) <= 32:
+        return float(payload)
+    if tag in ("list", "tuple", "set", "dict") and kind is list:
+        if tag == "dict":
+            pairs = []
+            for pair in payload:
+                if type(pair) is not list or len(pair) != 2:
+                    raise ValueError("a dict item is not a pair")
+                pairs.append((decode(pair[0], depth + 1, True), decode(pair[1], depth + 1)))
+            try:
+                return dict(pairs)
+            except TypeError as e:
+                raise ValueError(str(e)) from None
+        items = [decode(v, depth + 1, hashable or tag == "set") for v in payload]
+        if tag == "list":
+            return items
+        if tag == "tuple":
+            return tuple(items)
+        try:
+            return frozenset(items) if hashable else set(items)
+        except TypeError as e:
+            raise ValueError(str(e)) from None
+    raise ValueError(f"a malformed {tag[:20]!r} value")
+
+
+# ------------------------------------------------------------------ the seccomp filter
+
+# System call numbers: (x86-64, arm64); None where the machine has no such call. Checked against
+# the kernel headers (asm/unistd_64.h, asm-generic/unistd.h).
+SYSCALLS = {
+    "fork": (57, None), "vfork": (58, None), "clone": (56, 220), "clone3": (435, 435),
+    "kill": (62, 129), "tkill": (200, 130), "tgkill": (234, 131), "rt_sigqueueinfo": (129, 138),
+    "rt_tgsigqueueinfo": (297, 240), "pidfd_send_signal": (424, 424), "pidfd_open": (434, 434),
+    "pidfd_getfd": (438, 438), "process_madvise": (440, 440), "process_mrelease": (448, 448), "kcmp": (312, 272),
+    "ptrace": (101, 117), "process_vm_readv": (310, 270), "process_vm_writev": (311, 271),
+    "kexec_load": (246, 104), "kexec_file_load": (320, 294), "bpf": (321, 280), "perf_event_open": (298, 241),
+    "userfaultfd": (323, 282), "add_key": (248, 217), "request_key": (249, 218), "keyctl": (250, 219),
+    "io_uring_setup": (425, 425), "io_uring_enter": (426, 426), "io_uring_register": (427, 427),
+    "unshare": (272, 97), "setns": (308, 268), "mount": (165, 40), "umount2": (166, 39),
+    "pivot_root": (155, 41), "chroot": (161, 51), "open_tree": (428, 428), "move_mount": (429, 429),
+    "fsopen": (430, 430), "fsconfig": (431, 431), "fsmount": (432, 432), "fspick": (433, 433),
+    "mount_setattr": (442, 442), "personality": (135, 92), "acct": (163, 89), "swapon": (167, 224),
+    "swapoff": (168, 225), "reboot": (169, 142), "init_module": (175, 105), "finit_module": (313, 273),
+    "delete_module": (176, 106), "quotactl": (179, 60), "syslog": (103, 116),
+    "name_to_handle_at": (303, 264), "open_by_handle_at": (304, 265),
+    "socket": (41, 198), "msgget": (68, 186), "semget": (64, 190), "shmget": (29, 194), "mq_open": (240, 180),
+    "chmod": (90, None), "fchmod": (91, 52), "fchmodat": (268, 53), "fchmodat2": (452, 452),
+    "chown": (92, None), "fchown": (93, 55), "lchown": (94, None), "fchownat": (260, 54),
+    "utime": (132, None), "utimes": (235, None), "futimesat": (261, None), "utimensat": (280, 88),
+    "setxattr": (188, 5), "lsetxattr": (189, 6), "fsetxattr": (190, 7), "removexattr": (197, 14),
+    "lremovexattr": (198, 15), "fremovexattr": (199, 16), "setxattrat": (463, 463), "removexattrat": (466, 466),
+}
+MACHINES = {"x86_64": (0, 0xC000003E), "aarch64": (1, 0xC00000B7)}  # column above, audit arch
+# Refused with EPERM. A new process (fork, vfork, clone without CLONE_THREAD) is refused below;
+# clone3 says ENOSYS, so the C library starts threads with clone, whose flags the filter can read.
+# socket: no network and no Unix socket (socketpair stays: asyncio needs it); the IPC calls: no
+# System V or POSIX queue or segment; the chmod/chown/utime/xattr calls: no metadata change, here
+# or outside.
+REFUSED = [name for name in SYSCALLS if name not in ("clone", "clone3", "kill", "tgkill", "rt_sigqueueinfo",
+                                                     "rt_tgsigqueueinfo")]
+# Signals, with no PID namespace around the program: only to itself (arg 0 is the target process).
+SIGNALS_TO_SELF = ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo")
+CLONE_THREAD, X32_SYSCALL_BIT = 0x10000, 0x40000000
+LD, JEQ, JGE, JSET, RET = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ/JGE/JSET|K, BPF_RET|K
+ALLOW, KILL, EPERM, ENOSYS = 0x7FFF0000, 0x80000000, 0x00050001, 0x00050026
+NR, ARCH, ARG0 = 0, 4, 16  # offsets in struct seccomp_data
+
+
+def seccomp_program(machine: str, own_pid=None) -> list:
+    """The filter, as ``(code, jt, jf, k)`` BPF instructions: a call under any other
+    architecture (i386's ``int 0x80`` on x86-64) or x32's numbering kills the process, the
+    ``REFUSED`` calls fail with EPERM, a new process too (threads still start), and with
+    ``own_pid`` the signal calls reach only that process.
+
+    Example:
+        >>> program = seccomp_program("x86_64")
+        >>> program[:3] == [(LD, 0, 0, ARCH), (JEQ, 1, 0, 0xC000003E), (RET, 0, 0, KILL)]
+        True
+    """
+    column, audit_arch = MACHINES[machine]
+    number = {name: numbers[column] for name, numbers in SYSCALLS.items() if numbers[column] is not None}
+    program = [(LD, 0, 0, ARCH), (JEQ, 1, 0, audit_arch), (RET, 0, 0, KILL), (LD, 0, 0, NR)]
+    if machine == "x86_64":
+        program += [(JGE, 0, 1, X32_SYSCALL_BIT), (RET, 0, 0, KILL)]
+    program += [(JEQ, 0, 1, number["clone3"]), (RET, 0, 0, ENOSYS)]
+    for name in REFUSED:
+        if name in number:
+            program += [(JEQ, 0, 1, number[name]), (RET, 0, 0, EPERM)]
+    if own_pid is not None:
+        for name in SIGNALS_TO_SELF:
+            program += [(JEQ, 0, 4, number[name]), (LD, 0, 0, ARG0), (JEQ, 1, 0, own_pid), (RET, 0, 0, EPERM),
+                        (RET, 0, 0, ALLOW)]
+    program += [(JEQ, 0, 3, number["clone"]), (LD, 0, 0, ARG0), (JSET, 1, 0, CLONE_THREAD), (RET, 0, 0, EPERM),
+                (RET, 0, 0, ALLOW)]
+    return program
+
+
+def seccomp_bytes(program: list) -> bytes:
+    """The program as the kernel and bubblewrap's ``--seccomp FD`` read it (``struct sock_filter[]``)."""
+    return b"".join(struct.pack("=HBBI", *instruction) for instruction in program)
+
+
+PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER, PR_SET_PDEATHSIG = 38, 22, 2, 1
+
+
+def install_seccomp(libc, program: list) -> None:
+    """Apply ``program`` to this process and every thread it starts later."""
+    data = seccomp_bytes(program)
+
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+    if (libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+            or libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(Program(len(program), data)), 0, 0) != 0):
+        raise OSError(ctypes.get_errno(), "the kernel refused the seccomp filter")
+
+
+# ------------------------------------------------------------------ the project's own layer
+
+CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWIPC = 0x10000000, 0x40000000, 0x08000000
 SYS_LANDLOCK = {"create_ruleset": 444, "add_rule": 445, "restrict_self": 446}  # the same on x86-64 and arm64
-# Landlock's file-system rights that change the file system (never the read rights).
-WRITE_FILE, REMOVE_DIR, REMOVE_FILE = 1 << 1, 1 << 4, 1 << 5
+# Landlock's file-system rights.
+EXECUTE, WRITE_FILE, READ_FILE, READ_DIR, REMOVE_DIR, REMOVE_FILE = (1 << b for b in range(6))
 MAKE_ANY = sum(1 << b for b in range(6, 13))  # char, dir, reg, sock, fifo, block, sym
 REFER, TRUNCATE = 1 << 13, 1 << 14  # ABI 2, ABI 3
+READ = EXECUTE | READ_FILE | READ_DIR
 
 
-def cut_network(libc) -> str:
-    """A user and a network namespace of this process alone: only a loopback that is down."""
+def cut_namespaces(libc) -> str:
+    """A user, network and IPC namespace of this process alone: no network (a loopback that is
+    down), no abstract Unix socket outside, no System V object that outlives it."""
     uid, gid = os.getuid(), os.getgid()
-    if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0:
+    if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWIPC) != 0:
         return "open"
-    # The same ids inside, or files it creates would have no owner (EOVERFLOW).
-    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
-        with open(f"/proc/self/{name}", "w") as f:
-            f.write(text)
+    # The same ids inside, or files it creates would have no owner (EOVERFLOW); the network is
+    # cut either way.
+    try:
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as f:
+                f.write(text)
+    except OSError:
+        pass
     return "cut"
 
 
-def confine_files(libc, allowed_dir: str) -> str:
-    """Landlock: writing, truncating, creating and removing files only beneath ``allowed_dir``."""
+def confine_files(libc, readable: dict, writable: str) -> str:
+    """Landlock: read only beneath ``readable`` (its ``paths``: the system's shared libraries,
+    this file...; what its ``stdlib`` directories hold but their ``except``: site-packages) and
+    ``writable``; write, create, remove only beneath ``writable``."""
     abi = libc.syscall(SYS_LANDLOCK["create_ruleset"], None, 0, 1)
     if abi < 1:
         return "open"
-    handled = WRITE_FILE | REMOVE_DIR | REMOVE_FILE | MAKE_ANY | (REFER if abi >= 2 else 0) | (TRUNCATE if abi >= 3 else 0)
+    changes = WRITE_FILE | REMOVE_DIR | REMOVE_FILE | MAKE_ANY | (REFER if abi >= 2 else 0) | (TRUNCATE if abi >= 3 else 0)
+    handled = READ | changes
     ruleset_attr = ctypes.c_uint64(handled)
     ruleset = libc.syscall(SYS_LANDLOCK["create_ruleset"], ctypes.byref(ruleset_attr), ctypes.sizeof(ruleset_attr), 0)
     if ruleset < 0:
@@ -106,74 +266,70 @@ def confine_files(libc, allowed_dir: str) -> str:
         _pack_ = 1
         _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
-    directory = os.open(allowed_dir, os.O_PATH | os.O_CLOEXEC)
-    rule = PathBeneath(handled, directory)
-    ok = (libc.syscall(SYS_LANDLOCK["add_rule"], ruleset, 1, ctypes.byref(rule), 0) == 0
-          and libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
-          and libc.syscall(SYS_LANDLOCK["restrict_self"], ruleset, 0) == 0)
-    os.close(directory)
+    file_rights = EXECUTE | READ_FILE | WRITE_FILE | (TRUNCATE if abi >= 3 else 0)  # what a non-directory takes
+    rules = [(path, READ) for path in readable["paths"]]
+    for directory in readable["stdlib"]:  # entry by entry, so a package installed there stays unread
+        rules += [(directory, READ_DIR)] + [(os.path.join(directory, name), READ) for name in os.listdir(directory)
+                                            if name not in readable["except"]]
+    rules += [(writable, handled), ("/dev/null", READ_FILE | WRITE_FILE | TRUNCATE)]
+    ok = True
+    for path, rights in rules:
+        try:
+            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        except OSError:
+            continue  # not on this machine
+        if not os.path.isdir(path):
+            rights &= file_rights
+        ok &= libc.syscall(SYS_LANDLOCK["add_rule"], ruleset, 1, ctypes.byref(PathBeneath(rights, fd)), 0) == 0
+        os.close(fd)
+    ok = ok and libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 and libc.syscall(SYS_LANDLOCK["restrict_self"], ruleset, 0) == 0
     os.close(ruleset)
     if not ok:
         raise OSError("Landlock refused the rules it accepted the ruleset for")
     return "confined"
 
 
-# (audit arch, fork, vfork, clone, clone3) by machine; arm64 has no fork or vfork call.
-SYSCALLS = {"x86_64": (0xC000003E, 57, 58, 56, 435), "aarch64": (0xC00000B7, None, None, 220, 435)}
-CLONE_THREAD = 0x10000
-EPERM, ENOSYS = 1, 38
-
-
-def refuse_new_processes(libc) -> str:
-    """A seccomp filter: ``fork``, ``vfork`` and a ``clone`` without ``CLONE_THREAD`` fail with
-    EPERM; ``clone3`` says ENOSYS, so the C library starts threads with ``clone`` instead."""
-    machine = os.uname().machine
-    if machine not in SYSCALLS:
-        return "allowed"
-    arch, fork, vfork, clone, clone3 = SYSCALLS[machine]
-    ld, jeq, jset, ret = 0x20, 0x15, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JSET|K, BPF_RET|K
-    allow, refuse, absent = 0x7FFF0000, 0x00050000 | EPERM, 0x00050000 | ENOSYS
-    program = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, allow), (ld, 0, 0, 0),
-               (jeq, 0, 1, clone3), (ret, 0, 0, absent)]
-    for nr in (fork, vfork):
-        if nr is not None:
-            program += [(jeq, 0, 1, nr), (ret, 0, 0, refuse)]
-    program += [(jeq, 0, 3, clone), (ld, 0, 0, 16), (jset, 1, 0, CLONE_THREAD), (ret, 0, 0, refuse),
-                (ret, 0, 0, allow)]
-
-    class Filter(ctypes.Structure):
-        _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
-
-    class Program(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Filter))]
-
-    filters = (Filter * len(program))(*[Filter(*f) for f in program])
-    libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-    if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(Program(len(program), filters)), 0, 0) != 0:
-        return "allowed"
-    return "refused"
-
-
-def lock_down(limits: dict) -> dict:
-    """Everything before the program runs (see the module's docstring); what it got."""
+def lock_down(config: dict) -> str:
+    """The project's own layer, for where bubblewrap cannot run: die with the harness, the
+    namespaces it may make, Landlock, then the seccomp filter with signals only to itself."""
     libc = ctypes.CDLL(None, use_errno=True)
-    # The limits first: a user namespace keeps the process limit its creator had when it was
-    # made, so a limit set after it would still let one fork through.
-    for name, value in (("RLIMIT_AS", limits["memory_bytes"]), ("RLIMIT_CPU", limits["cpu_s"]),
-                        ("RLIMIT_FSIZE", limits["file_bytes"]), ("RLIMIT_NOFILE", limits["open_files"]),
-                        ("RLIMIT_NPROC", 0)):
-        resource.setrlimit(getattr(resource, name), (value, value))
-    network = cut_network(libc)
-    files = confine_files(libc, os.getcwd())
-    return {"network": network, "files": files, "processes": refuse_new_processes(libc)}
+    network = cut_namespaces(libc)
+    # SIGKILL when the harness dies (set after the new credentials, which would clear it) ...
+    libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)
+    if os.getppid() != config["harness_pid"]:  # ... which may have happened already
+        os._exit(1)
+    files = confine_files(libc, config["readable"], os.getcwd())
+    install_seccomp(libc, seccomp_program(os.uname().machine, own_pid=os.getpid()))
+    return f"own layer (network {network}, files {files}, processes refused)"
 
 
-# ------------------------------------------------------------------ running
+# ------------------------------------------------------------------ serving
+
+def limit(name: str, value: int) -> None:
+    resource.setrlimit(getattr(resource, name), (value, value))
+
+
+def quietly(fn, *args, **kwargs):
+    """``fn`` with the program's prints thrown away and an empty stdin."""
+    saved = sys.stdout, sys.stdin
+    sys.stdout, sys.stdin = io.StringIO(), io.StringIO()
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        sys.stdout, sys.stdin = saved
+
 
 def run_stdin(program, stdin: str) -> str:
-    """The program as ``__main__`` with ``stdin``; what it printed (``sys.exit`` ends it early)."""
+    """The program as ``__main__`` reading ``stdin`` (through ``sys.stdin`` and descriptor 0);
+    what it printed (``sys.exit`` ends it early)."""
+    data = stdin.encode()
+    memory = os.memfd_create("stdin")
+    os.write(memory, data)
+    os.lseek(memory, 0, os.SEEK_SET)
+    os.dup2(memory, 0)
+    os.close(memory)
     saved = sys.stdin, sys.stdout
-    sys.stdin = io.TextIOWrapper(io.BytesIO(stdin.encode()))
+    sys.stdin = io.TextIOWrapper(io.BytesIO(data))
     sys.stdout = out = io.TextIOWrapper(io.BytesIO(), write_through=True)
     try:
         exec(program, {"__name__": "__main__"})
@@ -181,76 +337,71 @@ def run_stdin(program, stdin: str) -> str:
         pass
     finally:
         sys.stdin, sys.stdout = saved
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
     return out.buffer.getvalue().decode(errors="replace")
 
 
-def silently(fn, *args):
-    """``fn(*args)`` with the program's prints thrown away."""
-    saved, sys.stdout = sys.stdout, io.StringIO()
-    try:
-        return fn(*args)
-    finally:
-        sys.stdout = saved
+class Program:
+    """The loaded program and the requests it answers."""
+
+    def __init__(self):
+        self.code = None
+        self.namespace = {"__name__": "__main__"}
+        self.solution = None
+
+    def load(self, request: dict):
+        limit("RLIMIT_CPU", request["cpu_s"])
+        self.code = compile(PRELUDE + request["code"], "<solution>", "exec")
+        if not request["main"]:
+            quietly(exec, self.code, self.namespace)
+
+    def call(self, request: dict):
+        if request["solution"] and "Solution" in self.namespace:
+            if self.solution is None:
+                self.solution = quietly(self.namespace["Solution"])
+            fn = getattr(self.solution, request["name"])
+        else:
+            fn = self.namespace[request["name"]]
+        args = [decode(a) for a in request["args"]]
+        kwargs = {k: decode(v) for k, v in request["kwargs"]}
+        return encode(quietly(fn, *args, **kwargs))
+
+    def stdin(self, request: dict) -> str:
+        return run_stdin(self.code, request["input"])
 
 
-def record_asserts(test_code: str) -> ast.Module:
-    """``test_code`` with each ``assert a == b`` turned into ``__record__(a, b)`` and any other
-    ``assert x`` into ``__record__(x)``: the values the assertions compare, for the parent to
-    compare with a reference solution's, instead of a pass the program could fake."""
-
-    class Recorder(ast.NodeTransformer):
-        def visit_Assert(self, node: ast.Assert):
-            test = node.test
-            if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq):
-                values = [test.left, test.comparators[0]]
-            else:
-                values = [test]
-            call = ast.Call(func=ast.Name("__record__", ast.Load()), args=values, keywords=[])
-            return ast.copy_location(ast.Expr(call), node)
-
-    return ast.fix_missing_locations(Recorder().visit(ast.parse(test_code)))
-
-
-def run_job(job: dict) -> tuple:
-    """``(outputs, error)`` of one job: ``stdin`` (a stdout per input), ``functional`` (a return
-    value per argument list, of ``Solution().<func_name>`` or the function) or ``asserts`` (the
-    values each assertion of ``tests`` compares, then ``call``ed, e.g. ``check(candidate)``)."""
-    outputs = []
-    try:
-        program = compile(PRELUDE + job["code"], "<solution>", "exec")
-        if job["kind"] == "stdin":
-            for stdin in job["inputs"]:
-                outputs.append(run_stdin(program, stdin))
-            return outputs, None
-        namespace = {"__name__": "solution"}
-        silently(exec, program, namespace)
-        if job["kind"] == "functional":
-            name = job["func_name"]
-            fn = getattr(namespace["Solution"](), name) if "Solution" in namespace else namespace[name]
-            for args in job["inputs"]:
-                result = silently(fn, *args)
-                outputs.append(encode(list(result) if type(result) is tuple else result))
-            return outputs, None
-        # ["eq", a, b] for an equality, ["is", x] for any other assertion
-        namespace["__record__"] = lambda *values: outputs.append(["eq" if len(values) == 2 else "is",
-                                                                  *map(encode, values)])
-        random.seed(0)  # tests that draw random inputs draw the same ones for every solution
-        silently(exec, compile(record_asserts(job["tests"]), "<tests>", "exec"), namespace)
-        if job.get("call"):
-            silently(exec, job["call"], namespace)
-        return outputs, None
-    except BaseException as e:  # noqa: BLE001 - the program's failure is its result, reported
-        return outputs, f"{type(e).__name__}: {e}"[:500]
+OPS = {"load": Program.load, "call": Program.call, "stdin": Program.stdin}
 
 
 def main() -> None:
-    results = os.fdopen(int(sys.argv[1]), "w")
-    job = json.loads(sys.stdin.read())
-    sys.stdin.close()
-    report = lock_down(job["limits"])
-    outputs, error = run_job(job)
-    results.write(json.dumps({"outputs": outputs, "error": error, **report}))
-    results.close()
+    config = json.loads(sys.argv[1])
+    for name, key in (("RLIMIT_AS", "memory_bytes"), ("RLIMIT_FSIZE", "file_bytes"), ("RLIMIT_NOFILE", "open_files")):
+        limit(name, config[key])
+    limit("RLIMIT_CORE", 0)
+    # The protocol on private descriptors; 0, 1 and 2 on /dev/null.
+    requests, replies = os.fdopen(os.dup(0), "r", encoding="utf-8"), os.fdopen(os.dup(1), "w", encoding="utf-8")
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.close(null)
+    sandbox = "bubblewrap" if config["mode"] == "bubblewrap" else lock_down(config)
+    replies.write(json.dumps({"id": 0, "ok": sandbox}) + "\n")
+    replies.flush()
+    program = Program()
+    for line in requests:
+        request = json.loads(line)
+        try:
+            reply = {"id": request["id"], "ok": OPS[request["op"]](program, request)}
+        except BaseException as e:  # noqa: BLE001 - the program's failure is its result
+            reply = {"id": request["id"], "error": f"{type(e).__name__}: {e}"[:500]}
+        try:
+            text = json.dumps(reply)
+        except (TypeError, ValueError) as e:  # e.g. an unpaired surrogate in printed text
+            text = json.dumps({"id": reply["id"], "error": f"{type(e).__name__}: {e}"[:500]})
+        replies.write(text + "\n")
+        replies.flush()
 
 
 if __name__ == "__main__":

@@ -6,22 +6,22 @@ its verdict (one string a document, as lm-eval's take_first leaves it), which ``
 lm-eval's; the program is taken from the response as a person would take it
 (``code_extract.program``: a fenced block or the raw code, joined with HumanEval's prompt when it
 is a body, the prompt's imports kept when it defines the whole function).
-A test passes when the values its assertions compare equal, by value and type, those of the
-benchmark's reference solution (``canonical_solution``, MBPP's ``code``) run the same way.
+A test passes when the benchmark's own assertions hold: they run in the sandbox's trusted harness,
+beside the reference solution's definitions (``canonical_solution``, MBPP's ``code``: its imports
+and helpers), and each call of the function they test goes to the sandboxed program as a remote
+call, so the program never sees a test or an expected value.
 
 Only the first rank runs code: with N processes every rank runs lm-eval alike, and only rank
 0's scores are recorded; the others get ``skipped``.
 """
 
-import json
 import os
 from typing import Dict, List
 
-from entrodrop.eval.code_runner import Limits, holds, passed, run_all, same_record
+from entrodrop.eval.code_runner import Limits, run_all
 from entrodrop.tasks.code_extract import called_function, program
 
 PASS, FAIL, SKIPPED = "passed", "failed", "skipped"
-REFERENCES: Dict[str, List] = {}  # a reference job (JSON) -> its outputs
 LIMITS = Limits(timeout_s=5.0)  # HumanEval's own per-problem timeout
 
 
@@ -41,18 +41,11 @@ def first_rank() -> bool:
 
 
 def verdicts(candidates: List[str], references: List[str], tests: List[str], calls: List[str]) -> List[str]:
-    """``passed`` or ``failed`` for each candidate program, against its reference's outputs (run
-    once a process: every checkpoint of an evaluation compares with the same ones)."""
-    mine = [{"kind": "asserts", "code": code, "tests": test, "call": call}
-            for code, test, call in zip(candidates, tests, calls)]
-    keys = [json.dumps({**job, "code": code}) for job, code in zip(mine, references)]
-    todo = {key: json.loads(key) for key in keys if key not in REFERENCES}  # each reference once
-    for key, reference in zip(todo, run_all(list(todo.values()), LIMITS, code_workers())):
-        if reference.error is not None or not all(map(holds, reference.outputs)):
-            raise RuntimeError(f"a reference solution fails its own tests in the sandbox: {reference.error}")
-        REFERENCES[key] = reference.outputs
-    return [PASS if passed(candidate, REFERENCES[key], same_record) else FAIL
-            for candidate, key in zip(run_all(mine, LIMITS, code_workers()), keys)]
+    """``passed`` or ``failed`` for each candidate program: the tests and the reference's
+    definitions (``setup``) stay in the trusted harness, the program in its sandbox."""
+    jobs = [{"kind": "asserts", "code": code, "setup": reference, "tests": test, "call": call}
+            for code, reference, test, call in zip(candidates, references, tests, calls)]
+    return [PASS if result.held else FAIL for result in run_all(jobs, LIMITS, code_workers())]
 
 
 def humaneval_sandbox(resps: List[List[str]], docs: List[Dict]) -> List[str]:

