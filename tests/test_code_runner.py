@@ -20,9 +20,9 @@ from entrodrop.eval.code_runner import (
     passed,
     run,
     run_all,
-    sandbox_in_use,
     same_stdout,
     same_value,
+    sandbox_in_use,
 )
 from entrodrop.eval.sandbox_child import decode, encode
 from entrodrop.tasks import code_tasks
@@ -66,11 +66,13 @@ def test_correct_programs_of_each_format_pass():
     assert run_tests("def f(xs, y):\n    return (*xs, y)", APPEND, "f")  # a function; a tuple counts as a list
     problem = HUMANEVAL[0]
     assert humaneval_passes(problem, problem["canonical_solution"])  # HumanEval's check(candidate)
-    mbpp = {"kind": "asserts", "code": "def square(x):\n    return x * x", "setup": "import math\ndef square(x):\n    return x ** 2",
+    reference = "import math\ndef square(x):\n    return x ** 2"
+    mbpp = {"kind": "asserts", "code": "def square(x):\n    return x * x", "setup": reference,
             "tests": "assert square(3) == 9\nassert math.isclose(square(-2), 4)"}
     assert run(mbpp).held  # MBPP's asserts, which use the reference's imports
     assert not run({**mbpp, "code": "def square(x):\n    return x + x"}).held
-    threads = "import threading\nout = []\nt = threading.Thread(target=lambda: out.append(int(input()) * 2))\nt.start()\nt.join()\nprint(out[0])"
+    threads = ("import threading\nout = []\nt = threading.Thread(target=lambda: out.append(int(input()) * 2))\nt.start()\n"
+               "t.join()\nprint(out[0])")
     assert run_tests(threads, [{"input": "4\n", "output": "8\n", "testtype": "stdin"}], "")  # threads still start
 
 
@@ -236,7 +238,8 @@ def test_a_deep_tree_is_removed(tmp_path):
 
 def test_workers_give_the_same_results_in_the_same_order():
     jobs = [{"kind": "stdin", "code": f"print({k} * int(input()))", "inputs": ["3"]} for k in range(6)]
-    assert [r.outputs for r in run_all(jobs, workers=3)] == [r.outputs for r in run_all(jobs)] == [[f"{3 * k}\n"] for k in range(6)]
+    expected = [[f"{3 * k}\n"] for k in range(6)]
+    assert [r.outputs for r in run_all(jobs, workers=3)] == [r.outputs for r in run_all(jobs)] == expected
 
 
 def test_only_the_first_rank_runs_code(monkeypatch):

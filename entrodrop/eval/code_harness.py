@@ -412,7 +412,8 @@ def functions_under_test(setup: str, tests: str, call: str) -> list:
     inside ``check`` (HumanEval's ``poly``) stays the reference's.
 
     Example:
-        >>> functions_under_test("def poly(xs, x): ...\\ndef find_zero(xs): ...", "def check(c):\\n    poly([1], 0)", "check(find_zero)")
+        >>> setup = "def poly(xs, x): ...\\ndef find_zero(xs): ..."
+        >>> functions_under_test(setup, "def check(c):\\n    poly([1], 0)", "check(find_zero)")
         ['find_zero']
     """
     defined = [node.name for node in ast.parse(setup).body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
