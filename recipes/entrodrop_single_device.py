@@ -213,9 +213,8 @@ class EntroDropRecipeSingleDevice:
         ev = cfg.evaluation
         lm = None
         if self._task_manager:
-            from entrodrop.eval.adapter import (
-                TorchtuneLM,  # imports lm-eval: only when tasks are set
-            )
+            # Imports lm-eval: only when tasks are set.
+            from entrodrop.eval.adapter import TorchtuneLM
 
             allow_code(ev.lm_eval)
             lm = TorchtuneLM.from_config(self._model, config.instantiate(cfg.tokenizer), self._device, ev.lm_eval)

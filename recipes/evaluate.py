@@ -98,9 +98,8 @@ class EvaluateRecipe:
             self._model.eval()
         lm = None
         if self._backend == "torchtune" and task_manager:
-            from entrodrop.eval.adapter import (
-                TorchtuneLM,  # imports lm-eval: only when tasks are set
-            )
+            # Imports lm-eval: only when tasks are set.
+            from entrodrop.eval.adapter import TorchtuneLM
 
             lm = TorchtuneLM.from_config(self._model, config.instantiate(cfg.tokenizer), self._device, ev.lm_eval,
                                          distributed=self._distributed)
