@@ -124,9 +124,8 @@ class EvaluateRecipe:
         ev, dtype = self._lm_eval, LM_EVAL_DTYPES[self._dtype_name]
         if self._backend == "hf":
             return hf_lm(checkpoint, str(self._device), dtype, ev)
-        from lm_eval.models.vllm_causallms import (
-            VLLM,  # imports vllm: only when it is chosen
-        )
+        # Imports vllm: only when it is chosen.
+        from lm_eval.models.vllm_causallms import VLLM
 
         return VLLM(pretrained=str(checkpoint), dtype=dtype, max_model_len=ev.max_seq_len,
                     max_gen_toks=ev.max_gen_toks, batch_size="auto")

@@ -131,9 +131,8 @@ def _closest(name: str, known: Sequence[str]) -> str:
 
 
 def _component_problems(node: Any, spec: Component, path: str) -> List[str]:
-    from torchtune.config._utils import (
-        _get_component_from_path,  # what config.instantiate uses
-    )
+    # What config.instantiate uses.
+    from torchtune.config._utils import _get_component_from_path
 
     if not isinstance(node, Mapping) or "_component_" not in node:
         return [f"{path}: must be a node with a _component_"]
