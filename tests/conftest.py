@@ -2,7 +2,7 @@
 device of the GPU tests.
 
 Three tiers, by marker: unit tests (the rest: seconds each, no `tune run`; ``make test-fast``),
-``recipe`` tests (they start the real `tune run`, torchrun or a script in a subprocess; every
+``recipe`` tests (they start the real `tune run`, torchrun, a script or two processes; every
 test that uses the ``tune_run`` fixture is one), and ``gpu`` tests. ``make test`` runs all three.
 
 Tests marked ``gpu`` check the CUDA paths (``make test-gpu`` runs them alone); without a CUDA GPU

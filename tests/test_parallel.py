@@ -4,6 +4,7 @@ sharded model computes what the whole model computes, and gathers back to its we
 import json
 from pathlib import Path
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -12,6 +13,8 @@ from torchtune import config, training
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "configs/tiny/qwen3_entrodrop_single_device.yaml"
+
+pytestmark = pytest.mark.recipe  # two processes (gloo): the distributed tier, beside the recipe tests
 
 
 def tiny_model(device: str):
