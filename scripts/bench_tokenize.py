@@ -72,7 +72,8 @@ def tokenize(out: Path, corpus: Path, label: str, nproc: int) -> dict:
     store = out / "stores" / label
     shutil.rmtree(store, ignore_errors=True)
     entry = {**dict.fromkeys(["name", "revision", "column", "template", "max_tokens", "max_samples", "validation_size",
-                              "validation_store_dir"]),
+                              "validation_store_dir", "problem_key"]),
+             "unknown_roles": "drop",
              "source": "json", "split": "train", "data_files": str(corpus), "streaming": True, "seed": 0,
              "conversation_column": "conversations", "conversation_style": "sharegpt", "chat_template": False,
              "long_samples": "split", "store_dir": str(store)}
