@@ -6,9 +6,9 @@ some checkpoints, keep others, and append to the evaluations, so ``earlier_run``
 is there and the recipes refuse to start over it unless told to resume or to move it aside
 (``move_aside``). ``prune_checkpoints`` keeps the disk bounded: the newest N checkpoints and
 the best one, and optionally the weights of the others, for an offline evaluation
-(``recipes/evaluate.py``) to score: ``scorable_checkpoints`` lists them, and
-``checkpoints_to_score`` those of them not yet scored. ``remove_killed_saves`` clears what a
-save or a prune killed part way left, before a run goes on in the directory.
+(``recipes/evaluate.py``; ``entrodrop.eval.offline.scorable_checkpoints`` lists them) to score.
+``remove_killed_saves`` clears what a save or a prune killed part way left, before a run goes
+on in the directory.
 """
 
 import json
@@ -40,7 +40,6 @@ _NOT_A_LOGGED_STEP = ("torchtune_config.yaml",)
 # .step_<N>.old       the step_<N> that _replace_dir set aside for a new one, deleted after;
 # .step_<N>.deleting  a checkpoint prune_checkpoints was deleting.
 _KILLED_SAVE = re.compile(r"\.(step_\d+)\.(tmp-.*|old|deleting)")
-
 
 
 def _steps(checkpoint_dir: Path) -> List[Path]:
@@ -267,7 +266,7 @@ def move_aside(output_dir: str, paths: Sequence[str]) -> List[Path]:
 
 def best_checkpoint(eval_dir: str) -> Optional[str]:
     """The name (``step_<N>``) of the best checkpoint in ``summary.json``
-    (``entrodrop.eval.evaluator.record_evaluation``), or None. By name, so a run directory that
+    (``entrodrop.eval.records.record_evaluation``), or None. By name, so a run directory that
     was moved keeps its best checkpoint."""
     summary = Path(eval_dir) / "summary.json"
     if not summary.exists():
