@@ -16,7 +16,7 @@ GPU_INSTALLED := $(VENV)/.installed-gpu
 ASSETS := assets/tiny/.built
 LIBRARY := $(wildcard entrodrop/*.py entrodrop/*/*.py)
 
-.PHONY: install assets test test-fast test-gpu gpu-check demo clean
+.PHONY: install assets test test-fast lint test-gpu gpu-check demo clean
 
 install: $(INSTALLED)
 
