@@ -124,7 +124,9 @@ def read_config(parser: TuneRecipeArgumentParser) -> DictConfig:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         tab = "; YAML indents with spaces, never a tab" if _tab_at(mark) else ""
-        raise ConfigError(f"--config {mark.name if mark else ''} is not valid YAML: {yaml_problem(e)}{tab}") from None
+        # A ReaderError (a control character, bytes that are not UTF-8) has no mark, but its file's name.
+        name = mark.name if mark else getattr(e, "name", "")
+        raise ConfigError(f"--config {name} is not valid YAML: {yaml_problem(e)}{tab}") from None
     except ValueError as e:  # torchtune's "Additional flag arguments not supported"
         raise ConfigError(str(e)) from None
     for arg in cli_args:  # each override alone, so the one that is not YAML is named
