@@ -13,7 +13,7 @@ from lm_eval.api.model import LM
 from lm_eval.tasks import TaskManager
 
 from entrodrop.errors import SandboxError
-from entrodrop.eval.code_harness import remove_tree
+from entrodrop.eval.code_harness import LineReader, remove_tree
 from entrodrop.eval.code_runner import (
     Limits,
     checked_run,
@@ -198,6 +198,20 @@ def test_values_nested_past_the_limit_are_refused():
         deep = ["list", [deep]]
     with pytest.raises(ValueError, match="nested too deep"):
         decode(deep)
+
+
+def test_a_line_over_the_limit_is_refused_even_when_it_arrives_in_one_read():
+    """A candidate's reply of 100 bytes, written at once, against a limit of 10; one of 10 passes."""
+    read, write = os.pipe()
+    try:
+        os.write(write, b"x" * 10 + b"\n" + b"x" * 100 + b"\n")
+        reader = LineReader(read, 10)
+        assert reader.line(time.monotonic() + 1) == b"x" * 10
+        with pytest.raises(OverflowError):
+            reader.line(time.monotonic() + 1)
+    finally:
+        os.close(read)
+        os.close(write)
 
 
 def test_a_sandbox_that_cannot_start_is_an_error_that_says_what_it_needs():

@@ -80,6 +80,8 @@ class LineReader:
         when the writer is gone, ``OverflowError`` past the limit."""
         while True:
             end = self.buffer.find(b"\n", self.scanned)
+            if end > self.limit:  # a whole line came in one read: the check below never saw it
+                raise OverflowError
             if end >= 0:
                 line = bytes(self.buffer[:end])
                 del self.buffer[: end + 1]
