@@ -23,13 +23,19 @@ def output_weight(model: TransformerDecoder) -> torch.Tensor:
 
 
 def projection_weight(model: TransformerDecoder) -> torch.Tensor:
+    """The output projection's ``[vocab, d]`` weight as the model holds it (under FSDP2 a sharded
+    DTensor; ``output_weight`` is the check for reading it after a forward). Raises
+    ``ValueError`` for a projection the fused loss and the entropy precompute cannot read
+    (anything but ``TiedLinear`` or a bias-free ``nn.Linear``). ``LinearCrossEntropy`` calls it
+    at set-up, so such a model fails before the first step."""
     output = model.output
     if isinstance(output, TiedLinear):
         weight = output.tied_module.weight
     elif isinstance(output, nn.Linear) and output.bias is None:
         weight = output.weight
     else:
-        raise ValueError(f"the fused loss needs a bias-free linear output projection, not {output!r}")
+        raise ValueError(f"the fused loss and the entropy precompute need a bias-free linear output "
+                         f"projection, not {output!r}")
     return weight
 
 
