@@ -54,8 +54,8 @@ SANDBOXES = ("auto", "bubblewrap", "own")
 @dataclass(frozen=True)
 class Limits:
     """What one program may use. ``timeout_s`` is per test (LiveCodeBench's 6 s) or, for an
-    assertion job, for all its calls together; ``startup_s`` to start and load the program.
-    ``file_bytes`` and ``num_files``: all it may write (its tmpfs). ``reply_bytes``: one reply.
+    assertion job, from the start of its tests to its last call's reply; ``startup_s`` to start
+    and load the program. ``file_bytes`` and ``num_files``: all it may write (its tmpfs). ``reply_bytes``: one reply.
     ``sandbox``: ``bubblewrap``, ``own`` (the project's layer), or ``auto`` (bubblewrap where it
     runs, else ``own``, with a warning)."""
 
