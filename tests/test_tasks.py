@@ -362,6 +362,14 @@ def test_the_program_is_the_one_a_person_reads_in_the_reply(reply):
     assert not any(isinstance(node, ast.Assert) for node in ast.parse(code).body)  # examples dropped
 
 
+def test_a_tab_indented_body_is_measured_by_its_leading_tab_alone():
+    """A tab inside the line must not count as indentation: ``\tx\t= 1`` is one level deep, so
+    under a method (two levels) it is re-indented, not appended as the starter code's own text."""
+    starter = "class Solution:\n    def f(self, x):\n        "
+    assert program("\tx\t= 1\n\treturn x", starter, "f") == (
+        "class Solution:\n    def f(self, x):\n        x\t= 1\n        return x\n")
+
+
 def test_code_is_found_between_markers_in_quotes_and_after_prose():
     code = "def square(x):\n    return x * x"
     assert code_in_reply(f"[BEGIN]\n '{code}' \n[DONE]") == code  # OpenCompass's MBPP shots quote the code

@@ -259,7 +259,7 @@ def joined_body(prompt: str, body: str, entry_point: Optional[str]) -> str:
     """
     column, body_column = entry_indent(prompt, entry_point)
     first = next((line for line in body.split("\n") if line.strip()), "")
-    if len(first.expandtabs(4)) - len(first.lstrip()) > column:
+    if indentation(first) > column:
         return prompt + body  # the prompt's own continuation, as lm-eval joins it
     indented = textwrap.indent(textwrap.dedent(body).strip("\n"), " " * body_column)
     head = prompt.rstrip(" \t")  # a starter code ends with its body's indentation
