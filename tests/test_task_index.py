@@ -2,6 +2,7 @@
 once, then only the directories the configured tasks need, rebuilt whenever a YAML there or in
 include_path changes. scripts/bench_startup.py times what it saves."""
 
+import json
 import os
 import shutil
 
@@ -34,6 +35,10 @@ def test_the_second_index_of_the_same_tasks_reads_only_their_directories(tmp_pat
     os.utime(yaml, ns=(yaml.stat().st_atime_ns, yaml.stat().st_mtime_ns + 10**9))
     assert len(load_task_manager(TASKS, str(include), cache).task_index) > 10_000
     assert len(load_task_manager(TASKS, str(include), cache).task_index) < 200
+    # A record of another shape (another version of this code wrote it): the full index, not a KeyError.
+    (record,) = cache.glob("*.json")
+    record.write_text(json.dumps({k: v for k, v in json.loads(record.read_text()).items() if k != "identity"}))
+    assert len(load_task_manager(TASKS, str(include), cache).task_index) > 10_000
     # Other tasks, or another include_path, are another entry.
     assert len(load_task_manager(["humaneval_likelihood"], str(include), cache).task_index) > 10_000
 

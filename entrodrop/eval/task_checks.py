@@ -254,11 +254,13 @@ def load_task_manager(names: List[str], include_path: Optional[str], cache_dir: 
     path = cache_dir / f"{hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]}.json"
     try:
         cached = json.loads(path.read_text())
-    except (OSError, ValueError):
-        cached = None
-    if cached and cached["key"] == key and cached["stamps"] == _stamps(cached["dirs"] + includes):
-        narrow = TaskManager(include_path=cached["dirs"] or None, include_defaults=False)
-        if _identity(narrow.task_index, cached["identity"]) == cached["identity"]:
+        dirs, identity = cached["dirs"], cached["identity"]
+        fresh = cached["key"] == key and cached["stamps"] == _stamps(dirs + includes)
+    except (OSError, ValueError, KeyError, TypeError):  # none yet, or a record of another shape: the full index
+        fresh = False
+    if fresh:
+        narrow = TaskManager(include_path=dirs or None, include_defaults=False)
+        if _identity(narrow.task_index, identity) == identity:
             return narrow
     manager = TaskManager(include_path=include_path)
     needed = needed_entries(manager.task_index, names)
