@@ -241,9 +241,9 @@ def problem_hash(row: Mapping[str, Any], entry: Mapping[str, Any], row_hash: int
 # ---------------------------------------------------------------------------- selection
 
 
-def validation_count(validation_size: Union[None, int, float], num_rows: int) -> int:
-    """Rows to hold out: a float is a fraction of ``num_rows``, rounded up, an int a count (as
-    ``Dataset.train_test_split`` reads ``test_size``).
+def validation_count(validation_size: Union[None, int, float], num_problems: int) -> int:
+    """Problems to hold out: a float is a fraction of ``num_problems``, rounded up, an int a count
+    (as ``Dataset.train_test_split`` reads ``test_size``).
 
     Example:
         >>> validation_count(0.1, 95), validation_count(0.25, 10), validation_count(7, 95), validation_count(None, 95)
@@ -252,7 +252,7 @@ def validation_count(validation_size: Union[None, int, float], num_rows: int) ->
     if validation_size is None:
         return 0
     if isinstance(validation_size, float):
-        return math.ceil(validation_size * num_rows)
+        return math.ceil(validation_size * num_problems)
     return validation_size
 
 
