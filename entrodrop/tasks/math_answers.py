@@ -117,15 +117,18 @@ def stated_number(text: str) -> Optional[str]:
 
 def final_number(text: str) -> Optional[str]:
     """The final number of a worked answer, as a person reads it: the first number of the last
-    box, else the last answer statement's number, else the last number in the reply (a number
-    the reply writes after its stated answer does not replace it).
+    box (after its last ``=``, as for a statement), else the last answer statement's number, else
+    the last number in the reply (a number the reply writes after its stated answer does not
+    replace it).
 
     Example:
         >>> final_number(r"so 18 * 2 = 36 eggs. $$\\boxed{36}$$"), final_number("The answer is 18.00. Step 2: 5")
         ('36', '18.00')
+        >>> final_number(r"$\\boxed{2 \\times 9 = 18}$")
+        '18'
     """
     box = boxed_answer(text)
-    found = numbers(box) if box is not None else []
+    found = numbers(box.rsplit("=", 1)[-1]) if box is not None else []
     return found[0] if found else stated_number(text) or last_number(text)
 
 
