@@ -226,8 +226,7 @@ def college_math_score(doc: dict, results: List[str]) -> dict:
     against ``answer`` (LaTeX in ``$...$``)."""
     answer = boxed_answer(results[0])
     if answer is None:
-        parts = FINAL_ANSWER.split(results[0])
-        stated = stated_answers(parts[-1]) if len(parts) > 1 else []
+        stated = stated_answers(after_final_cue(results[0]))
         answer = stated[0] if stated else None
     return {"acc": float(equivalent(doc["answer"], answer))}
 
@@ -263,6 +262,12 @@ def olympiadbench_prompt(doc: dict) -> str:
             f"\"So the final answer is {box}.\"{unit}\n\n{context}{doc['question'].strip()}\n\nSolution:")
 
 
+def after_final_cue(text: str) -> str:
+    """What follows the last "final answer is" (``FINAL_ANSWER``), or "" when ``text`` never says so."""
+    parts = FINAL_ANSWER.split(text)
+    return parts[-1] if len(parts) > 1 else ""
+
+
 def stated_answers(sentence: str) -> List[str]:
     """The answers written after "the final answer is" without a box: the formulas of that
     paragraph (``$...$``, ``$$...$$``, ``\\(...\\)``), else its text without the final stop.
@@ -284,11 +289,10 @@ def olympiadbench_answers(text: str, multiple: bool) -> List[str]:
     formulas that sentence states unboxed (``stated_answers``), else the boxes of the whole
     response; all of them for a problem with several answers, else the last box (the first
     stated formula); several answers may also share one box, separated by commas."""
-    parts = FINAL_ANSWER.split(text)
-    said = len(parts) > 1
-    boxes = boxed_answers(parts[-1]) if said else []
-    if not boxes and said and stated_answers(parts[-1]):
-        stated = stated_answers(parts[-1])
+    tail = after_final_cue(text)
+    boxes = boxed_answers(tail)
+    if not boxes:
+        stated = stated_answers(tail)
         boxes = stated if multiple else stated[:1]
     boxes = boxes or boxed_answers(text)
     if not multiple:
