@@ -432,9 +432,9 @@ def read_errors(entry: Mapping[str, Any], where: str) -> Iterator[None]:
         logger.handlers = handlers
 
 
-def load_rows(entry: Mapping[str, Any], where: str, shuffled: bool = True):
-    """``datasets.load_dataset`` of an entry: a ``Dataset``, or an ``IterableDataset`` when
-    streaming (shuffled in a buffer with the entry's seed, unless ``shuffled`` is False).
+def load_rows(entry: Mapping[str, Any], where: str):
+    """``datasets.load_dataset`` of an entry: a ``Dataset``, or an ``IterableDataset`` in file
+    order when streaming (``_plan_stream`` shuffles it once its first rows are checked).
 
     Raises:
         SourceError: local files that do not exist or are empty; files datasets cannot read
@@ -473,8 +473,6 @@ def load_rows(entry: Mapping[str, Any], where: str, shuffled: bool = True):
         if "corresponds to no data" in str(e):  # files of blank lines only
             raise SourceError(f"{where}: {describe_source(entry)} holds no rows") from None
         raise SourceError(f"{where}: {entry['source']}: {e}") from None
-    if entry["streaming"] and shuffled:
-        rows = rows.shuffle(seed=entry["seed"], buffer_size=SHUFFLE_BUFFER)
     return rows
 
 
@@ -690,8 +688,8 @@ def plan_source(name: str, entry: Mapping[str, Any]) -> List[StorePlan]:
     return stores
 
 
-def check_first_rows(entry: Mapping[str, Any], where: str) -> List[str]:
-    """Render the first ``CHECKED_ROWS`` rows of a streamed source in file order (no shuffle), so
+def check_first_rows(rows, entry: Mapping[str, Any], where: str) -> List[str]:
+    """Render the first ``CHECKED_ROWS`` of a streamed source's ``rows``, in file order, so
     a wrong column, conversation style or role fails before any store is written, named by its
     place in its file; the log's lines of what they held.
 
@@ -700,7 +698,7 @@ def check_first_rows(entry: Mapping[str, Any], where: str) -> List[str]:
     """
     unknown_roles: Counter = Counter()
     checked = 0
-    for i, row in enumerate(read(load_rows(entry, where, shuffled=False), entry, where)):
+    for i, row in enumerate(read(rows, entry, where)):
         if i == CHECKED_ROWS:
             break
         _render_placed(row, entry, where, f"row {i} of {entry['source']} in its own order", unknown_roles)
@@ -712,7 +710,8 @@ def check_first_rows(entry: Mapping[str, Any], where: str) -> List[str]:
 def _plan_stream(name: str, entry: Mapping[str, Any], rows, description: dict) -> List[StorePlan]:
     where = f"corpora.{name}"
     held_out = entry["validation_size"] or 0
-    checked = check_first_rows(entry, where)
+    checked = check_first_rows(rows, entry, where)  # in file order, from the one load_dataset
+    rows = rows.shuffle(seed=entry["seed"], buffer_size=SHUFFLE_BUFFER)
     counts: Dict[str, Counter] = {"train": Counter(), "validation": Counter()}  # of the latest read of each side
 
     def stream(role: str) -> Iterator[Rendered]:
