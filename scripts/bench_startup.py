@@ -52,17 +52,20 @@ def build_data(root: Path) -> list:
 
 def first_step_seconds(repo: Path, overrides: list, output_dir: Path, timeout: float = 300) -> float:
     """Seconds from starting `tune run` to the first ``Step 1`` line of its log; the run is then stopped."""
+    # stderr to a file: a pipe nobody reads until the run ends would stop the run once it filled.
+    stderr = output_dir.with_name(f"{output_dir.name}.stderr")
     start = time.perf_counter()
     # A session of its own, so the whole process group (tune and what it starts) is stopped after.
-    process = subprocess.Popen([str(TUNE), *TRAIN, f"output_dir={output_dir}", *overrides], cwd=repo, env=ENV,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    with open(stderr, "w") as err:
+        process = subprocess.Popen([str(TUNE), *TRAIN, f"output_dir={output_dir}", *overrides], cwd=repo, env=ENV,
+                                   stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
     try:
         while time.perf_counter() - start < timeout:
             logs = list((output_dir / "logs").glob("*.txt")) if (output_dir / "logs").is_dir() else []
             if any(line.startswith("Step 1 ") for log in logs for line in log.read_text().splitlines()):
                 return time.perf_counter() - start
             if process.poll() is not None:
-                raise RuntimeError(f"{repo}: the run ended before its first step:\n{process.stderr.read()[-3000:]}")
+                raise RuntimeError(f"{repo}: the run ended before its first step:\n{stderr.read_text()[-3000:]}")
             time.sleep(0.02)
         raise RuntimeError(f"{repo}: no first step within {timeout} s")
     finally:
