@@ -33,6 +33,7 @@ columns differ by what each takes from the reply.
 """
 
 import argparse
+import json
 import logging
 import math
 import os
@@ -287,7 +288,7 @@ def oc_code_verdicts(cases: list, docs: list) -> dict:
             doc = docs[i]
             tests = livecodebench.decode_tests(doc["public_test_cases"]) + livecodebench.decode_tests(
                 doc["private_test_cases"])
-            func_name = livecodebench.json.loads(doc["metadata"] or "{}").get("func_name", "")
+            func_name = json.loads(doc["metadata"] or "{}").get("func_name", "")
             verdicts[i] = livecodebench.run_tests(oc_livecodebench_code(case["reply"]), tests, func_name)
     return verdicts
 
