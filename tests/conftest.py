@@ -93,7 +93,8 @@ def tune_run() -> Callable[..., subprocess.CompletedProcess]:
 
     def run(*args: str, nproc: int = 1, timeout: float = 600) -> subprocess.CompletedProcess:
         launcher = ["--nproc_per_node", str(nproc)] if nproc > 1 else []
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        # Caches (lm-eval's task index, datasets') go under outputs/, not the user's ~/.cache.
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "XDG_CACHE_HOME": str(REPO / "outputs" / "test_cache")}
         return subprocess.run([TUNE, "run", *launcher, *args], cwd=REPO, env=env,
                               capture_output=True, text=True, timeout=timeout)
 
