@@ -76,6 +76,68 @@ def test_correct_programs_of_each_format_pass():
     assert run_tests(threads, [{"input": "4\n", "output": "8\n", "testtype": "stdin"}], "")  # threads still start
 
 
+PAIR_REFERENCE = """class Pair(object):
+    def __init__(self, a, b):
+        self.a = a
+        self.b = b
+def max_chain_length(arr, n):
+    mcl = [1] * n
+    for i in range(1, n):
+        for j in range(i):
+            if arr[i].a > arr[j].b and mcl[i] < mcl[j] + 1:
+                mcl[i] = mcl[j] + 1
+    return max(mcl)
+"""
+PAIR = {"kind": "asserts", "code": PAIR_REFERENCE, "setup": PAIR_REFERENCE,  # MBPP 601's form
+        "tests": "assert max_chain_length([Pair(5, 24), Pair(15, 25), Pair(27, 40), Pair(50, 60)], 4) == 3\n"
+                 "assert max_chain_length([Pair(a=1, b=2), Pair(3, 4), Pair(5, 6), Pair(7, 8)], 4) == 4"}
+
+
+@pytest.mark.parametrize("sandbox", ["auto", "own"])
+def test_the_tests_build_objects_with_the_programs_own_class(sandbox):
+    """MBPP 601: the test's ``Pair(5, 24)`` is built in the candidate with the program's ``Pair``."""
+    wrong = PAIR_REFERENCE.replace("return max(mcl)", "return n")
+    renamed = PAIR_REFERENCE.replace("Pair", "Link")  # right answers, but no class the tests name
+    correct, wrong, missing = run_all([PAIR, {**PAIR, "code": wrong}, {**PAIR, "code": renamed}], Limits(sandbox=sandbox))
+    assert correct.held, correct.error
+    assert not wrong.held and wrong.error.startswith("assertion failed: assert max_chain_length([Pair(5, 24)")
+    assert not missing.held and "the program defines no class Pair, which the tests build" in missing.error
+
+
+RAISES_REFERENCE = """def positive(s):
+    n = int(s)
+    if n <= 0:
+        raise ValueError("not positive")
+    return n
+"""
+RAISES = {"kind": "asserts", "code": RAISES_REFERENCE, "setup": RAISES_REFERENCE,
+          "tests": "try:\n    positive('-1')\nexcept ValueError:\n    pass\nelse:\n    raise AssertionError\n"
+                   "assert positive('3') == 3"}
+
+
+@pytest.mark.parametrize("sandbox", ["auto", "own"])
+def test_a_test_that_expects_an_exception_sees_the_programs(sandbox):
+    """The program's ValueError is raised in the test; the candidate goes on serving calls."""
+    silent = "def positive(s):\n    return int(s)"
+    other = "def positive(s):\n    if int(s) <= 0:\n        raise TypeError('no')\n    return int(s)"
+    own = ("class Negative(ValueError):\n    pass\n"
+           "def positive(s):\n    if int(s) <= 0:\n        raise Negative\n    return int(s)")
+    jobs = [RAISES, *({**RAISES, "code": code} for code in (silent, other, own))]
+    raises, silent, other, own = run_all(jobs, Limits(sandbox=sandbox))
+    assert raises.held, raises.error
+    assert not silent.held and silent.error == "assertion failed: raise AssertionError"
+    assert not other.held and other.error == "the test raised TypeError: no"
+    assert not own.held and own.error == "Negative: "  # not a built-in: fails as it always did
+
+
+def test_a_reference_or_tests_that_do_not_parse_fail_the_sample_with_the_reason():
+    broken_tests, broken_reference = run_all([{**RAISES, "tests": "assert positive('3') == 3 )"},
+                                              {**RAISES, "setup": "def positive(s)\n    return 1"}], FAST)
+    assert not broken_tests.held
+    assert broken_tests.error == "the tests cannot be parsed: SyntaxError: unmatched ')' (<tests>, line 1)"
+    assert not broken_reference.held and broken_reference.error.startswith("the reference solution cannot be parsed: SyntaxError")
+
+
 def test_every_canonical_humaneval_solution_passes_in_the_sandbox(monkeypatch):
     """The runner's correctness test: all 164 reference solutions, 2 at a time."""
     monkeypatch.setenv("HF_ALLOW_CODE_EVAL", "1")

@@ -307,6 +307,25 @@ def test_a_reply_out_of_shape_fails_its_sample_and_the_next_one_passes(kind):
     assert good.held
 
 
+SENT_BACK = {  # the candidate runs as __main__: the program rewrites what it answers
+    "an object of the reference's class": ("import __main__\n"
+                                           "__main__.encode = lambda value, *a, **k: ['object', ['Pair', [['int', 1]], []]]\n",
+                                           "a malformed value: an object of a class, which only the harness may send"),
+    "an exception outside the allow-list": ("import __main__\nclass Forged(__main__.Raised):\n    name = 'SystemExit'\n"
+                                            "def max_chain_length(arr, n):\n    raise Forged('SystemExit: 0')\n",
+                                            "str: SystemExit: 0"),  # raised in the test, the except would swallow it
+}
+
+
+@pytest.mark.parametrize("kind", list(SENT_BACK))
+def test_what_only_the_harness_may_send_is_refused_from_the_candidate(sandbox, kind):
+    program, reason = SENT_BACK[kind]
+    setup = "class Pair:\n    def __init__(self, a):\n        self.a = a\ndef max_chain_length(arr, n):\n    return n\n"
+    tests = "try:\n    max_chain_length([Pair(1)], 1)\nexcept BaseException:\n    pass\n"  # swallows whatever the harness raises
+    result = run({"kind": "asserts", "code": setup + program, "setup": setup, "tests": tests}, Limits(sandbox=sandbox))
+    assert not result.held and result.error == reason
+
+
 # ------------------------------------------------------------------ forging a pass
 
 FORGERIES = {

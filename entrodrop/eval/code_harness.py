@@ -14,6 +14,10 @@ serving all of its calls; the next one starts while this one runs) and answers w
   by name replaced by a proxy that makes the remote call: arguments out as plain values, a plain
   value back (or the program's error), compared here. The expected values never leave this
   process, so a program that reads every byte of its own has nothing to forge a verdict with.
+  Each class of the reference the tests build (MBPP's ``Pair``) records its constructor's
+  arguments instead (``sandbox_child.Instance``); the candidate rebuilds the object with the
+  program's own class. A built-in exception the program raised (``RAISABLE``) is raised in the
+  test, so a test that expects one behaves as it would in the program's process.
 
 Every reply from the candidate is size-limited (``reply_bytes``), depth-limited (100 levels),
 numbered and checked against its expected shape; anything else, a timeout on any read, or the
@@ -29,6 +33,7 @@ where no namespace can be made).
 """
 
 import ast
+import builtins
 import ctypes
 import functools
 import json
@@ -42,7 +47,7 @@ import sys
 import sysconfig
 import time
 
-from entrodrop.eval.sandbox_child import decode, encode, seccomp_bytes, seccomp_program
+from entrodrop.eval.sandbox_child import RAISABLE, Instance, decode, encode, seccomp_bytes, seccomp_program
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_child.py")
 # Shared libraries the interpreter's extension modules load; public files, no project data.
@@ -58,6 +63,15 @@ class CandidateFailed(BaseException):
     def __init__(self, reason: str):
         super().__init__(reason)
         self.reason = reason
+
+
+class ProgramRaised(BaseException):
+    """The called function raised a built-in exception (``name``, in ``RAISABLE``): ``Remote``
+    raises that type in the test. Never seen by the test itself."""
+
+    def __init__(self, name: str, message: str):
+        super().__init__(message)
+        self.name, self.message = name, message
 
 
 class SandboxUnavailable(Exception):
@@ -301,9 +315,11 @@ class Candidate:
         self.failed = self.failed or reason
         return CandidateFailed(self.failed)
 
-    def request(self, message: dict, timeout: float, what: str = ""):
+    def request(self, message: dict, timeout: float, what: str = "", raises: bool = False):
         """Send one request; its reply's ``ok`` payload, or ``CandidateFailed`` (``what``: the
-        time limit, as the reason for a timeout names it)."""
+        time limit, as the reason for a timeout names it). With ``raises``, a reply that says the
+        function raised a built-in exception in ``RAISABLE`` is ``ProgramRaised``, and the
+        candidate goes on serving."""
         what = what or f"{timeout:.1f} s"
         if self.failed:
             raise CandidateFailed(self.failed)
@@ -329,8 +345,12 @@ class Candidate:
         except (ValueError, RecursionError):
             raise self.stop("a reply that is not JSON") from None
         if (type(reply) is not dict or type(reply.get("id")) is not int or reply["id"] != self.next_id
-                or set(reply) not in ({"id", "ok"}, {"id", "error"})):
+                or set(reply) not in ({"id", "ok"}, {"id", "error"}, {"id", "error", "raised"})
+                or type(reply.get("raised", "")) is not str):
             raise self.stop("a reply out of shape or out of turn")
+        if raises and reply.get("raised") in RAISABLE:
+            message = str(reply["error"])[:500]
+            raise ProgramRaised(reply["raised"], message.removeprefix(f"{reply['raised']}: "))
         if "error" in reply:
             raise self.fail(str(reply["error"])[:500])
         return reply["ok"]
@@ -396,31 +416,55 @@ class Remote:
     def __call__(self, *args, **kwargs):
         candidate = self.candidate
         try:
-            message = {"op": "call", "name": self.name, "args": [encode(a) for a in args],
-                       "kwargs": [[k, encode(v)] for k, v in kwargs.items()], "solution": False}
+            message = {"op": "call", "name": self.name, "args": [encode(a, instances=True) for a in args],
+                       "kwargs": [[k, encode(v, instances=True)] for k, v in kwargs.items()], "solution": False}
         except (TypeError, ValueError) as e:
             raise candidate.fail(f"the test passes a value that cannot cross to the sandbox ({e})") from None
         candidate.calls += 1
         try:
             left = candidate.deadline - time.monotonic()
-            return checked(candidate.request(message, left, f"{candidate.limits['timeout_s']:.1f} s for all the calls"))
+            what = f"{candidate.limits['timeout_s']:.1f} s for all the calls"
+            return checked(candidate.request(message, left, what, raises=True))
         except CandidateFailed as e:
             raise candidate.fail(e.reason) from None
+        except ProgramRaised as e:  # the type is from the allow-list: never one the test could not expect
+            raise getattr(builtins, e.name)(e.message) from None
 
 
-def functions_under_test(setup: str, tests: str, call: str) -> list:
-    """The functions the tests call by name: those ``setup`` (the reference solution) defines
-    at its top level that the test module's own statements or ``call`` name. A helper used only
-    inside ``check`` (HumanEval's ``poly``) stays the reference's.
+class Recorder:
+    """What the tests call instead of a class of the reference: ``Pair(5, 24)`` is an
+    ``Instance`` that the candidate rebuilds with the program's own ``Pair``."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __call__(self, *args, **kwargs) -> Instance:
+        return Instance(self.name, args, kwargs)
+
+
+def parsed(source: str, what: str) -> ast.Module:
+    """``source`` parsed; one that does not parse fails the sample with the reason, not the harness."""
+    try:
+        return ast.parse(source, f"<{what}>")
+    except (SyntaxError, ValueError) as e:  # ValueError: a null byte
+        raise CandidateFailed(f"the {what} cannot be parsed: {type(e).__name__}: {e}"[:300]) from None
+
+
+def under_test(setup: str, tests: str, call: str) -> tuple:
+    """The functions and the classes the tests use by name: those ``setup`` (the reference
+    solution) defines at its top level that the test module's own statements or ``call`` name.
+    A helper used only inside ``check`` (HumanEval's ``poly``) stays the reference's.
 
     Example:
-        >>> setup = "def poly(xs, x): ...\\ndef find_zero(xs): ..."
-        >>> functions_under_test(setup, "def check(c):\\n    poly([1], 0)", "check(find_zero)")
-        ['find_zero']
+        >>> setup = "def poly(xs, x): ...\\ndef find_zero(xs): ...\\nclass Pair: ..."
+        >>> under_test(setup, "def check(c):\\n    poly([1], 0)\\nassert c(Pair())", "check(find_zero)")
+        (['find_zero'], ['Pair'])
     """
-    defined = [node.name for node in ast.parse(setup).body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    body = parsed(setup, "reference solution").body
+    functions = [node.name for node in body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    classes = [node.name for node in body if isinstance(node, ast.ClassDef)]
     named = set()
-    for tree in (ast.parse(tests), ast.parse(call)):
+    for tree in (parsed(tests, "tests"), parsed(call, "test call")):
         pending = list(tree.body)
         while pending:
             node = pending.pop()
@@ -429,13 +473,13 @@ def functions_under_test(setup: str, tests: str, call: str) -> list:
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
                 named.add(node.id)
             pending.extend(ast.iter_child_nodes(node))
-    return [name for name in defined if name in named]
+    return [name for name in functions if name in named], [name for name in classes if name in named]
 
 
 def run_asserts(candidate: Candidate, job: dict, limits: dict) -> None:
     """The benchmark's tests, here, against remote calls; ``CandidateFailed`` unless every
     assertion held, the tests ran to their end and called the program."""
-    names = functions_under_test(job["setup"], job["tests"], job.get("call", ""))
+    names, classes = under_test(job["setup"], job["tests"], job.get("call", ""))
     if not names:
         raise CandidateFailed("the tests call no function the reference solution defines")
     namespace = {"__name__": "__tests__"}
@@ -445,6 +489,8 @@ def run_asserts(candidate: Candidate, job: dict, limits: dict) -> None:
         raise CandidateFailed(f"the reference solution's code failed in the harness: {type(e).__name__}: {e}"[:300]) from None
     for name in names:
         namespace[name] = Remote(candidate, name)
+    for name in classes:
+        namespace[name] = Recorder(name)
     random.seed(0)  # tests that draw random inputs draw the same ones for every program
     candidate.deadline = time.monotonic() + limits["timeout_s"]
     try:
