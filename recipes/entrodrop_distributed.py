@@ -400,6 +400,9 @@ class EntroDropRecipeDistributed:
     def cleanup(self) -> None:
         if self._metric_logger:
             self._metric_logger.close()
+        # No rank tears gloo down while another still writes the last checkpoint or its record:
+        # a rank that did so aborted at exit ("terminate called without an active exception").
+        dist.barrier()
         dist.destroy_process_group()
 
 

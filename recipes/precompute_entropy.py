@@ -118,6 +118,7 @@ class PrecomputeEntropyRecipe:
 
     def cleanup(self) -> None:
         if self._distributed:
+            dist.barrier()  # no rank tears gloo down while rank 0 still finalizes the cache
             dist.destroy_process_group()
 
 

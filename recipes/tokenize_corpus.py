@@ -67,6 +67,7 @@ def recipe_main(cfg: DictConfig) -> None:
         for line in lines or []:
             log.info(line)
     if distributed:
+        dist.barrier()  # no rank tears gloo down while another still writes or logs
         dist.destroy_process_group()
 
 
