@@ -1,21 +1,22 @@
 """One check of the CUDA paths for a GPU machine that is lent for minutes: the GPU test suite, then
 the quick benchmarks, each stage under its own time cap. Prints and writes a Markdown summary
-(summary.md) and a JSON file of every figure and every pass/fail (summary.json).
+(summary.md), a JSON file of every figure and every pass/fail (summary.json) and the stages'
+output (logs.tar.gz): three files, as a device call brings back at most eight.
 
     make gpu-check                                   # sets the machine up offline, then runs this
     python scripts/gpu_check.py [--out DIR] [--stages suite,generate] [--cap-scale 1.5]
 
 Stages, in order, with their caps (seconds; 480 in all, so the check with its set-up fits 9 minutes):
 
-    suite       pytest -m gpu -n 0 --durations=0 (tests/test_gpu_*.py)                  180
+    suite       pytest -m gpu -n 0 (tests/test_gpu_*.py), each test's time as it ends    180
     bench_gpu   scripts/bench_gpu.py --quick: precompute, training off/static/loss     180
     generate    scripts/bench_generate.py --device cuda --quick: batches 32 and 128     90
     loss        scripts/bench_loss.py --device cuda at 8,192 tokens                     30
 
 A stage that fails or runs past its cap is a row that says so (its process group is ended),
 and the next stage still runs. Each stage's output goes to ``<stage>.out`` and ``<stage>.err``
-in the output directory as it runs, and the benchmarks print each table row when it is
-measured, so a stage cut off by its cap keeps the rows it finished. The output directory is
+(packed into logs.tar.gz after each stage) as it runs, and the benchmarks print each table row
+when it is measured, so a stage cut off by its cap keeps the rows it finished. The output directory is
 ``--out``, else ``$OUT`` (what a device call brings back), else ``outputs/gpu_check/<time>``.
 """
 
@@ -27,6 +28,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from dataclasses import dataclass
@@ -73,23 +75,44 @@ def markdown_tables(text: str) -> dict:
     return {"tables": tables}
 
 
+UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
+
+
+def line_seconds(tail: str):
+    """The time pytest's ``console_output_style=times`` prints at the end of a ``-v`` line
+    (``200.9ms``, ``1.234s``, ``2m 5s``), in seconds; None when the line has none.
+
+    >>> line_seconds("   200.9ms"), line_seconds(" 1.234s"), line_seconds(" 2m 5s"), line_seconds(" [ 50%]")
+    (0.2009, 1.234, 125.0, None)
+    """
+    minutes = re.search(r"(\d+)m (\d+)s\s*$", tail)
+    if minutes:
+        return 60.0 * int(minutes.group(1)) + int(minutes.group(2))
+    plain = re.search(r"([\d.]+)(us|ms|s)\s*$", tail)
+    return round(float(plain.group(1)) * UNITS[plain.group(2)], 6) if plain else None
+
+
 def pytest_results(text: str) -> dict:
-    """Each test's outcome from ``pytest -v`` (printed as each test ends, so a run cut off keeps
-    those that finished) and, when the run ended, its seconds from ``--durations=0``.
+    """Each test's outcome and seconds from ``pytest -v -o console_output_style=times`` (printed
+    as each test ends, so a run cut off keeps those that finished), else from ``--durations=0``
+    (printed only when the run ends).
 
     >>> log = "tests/a.py::t[x] PASSED  [ 50%]\\ntests/a.py::u FAILED  [100%]\\n1.50s call     tests/a.py::t[x]"
     >>> pytest_results(log)["tests"]  # doctest: +NORMALIZE_WHITESPACE
     [{'test': 'tests/a.py::t[x]', 'outcome': 'passed', 'seconds': 1.5},
      {'test': 'tests/a.py::u', 'outcome': 'failed', 'seconds': None}]
+    >>> pytest_results("tests/a.py::t PASSED     12.500s")["tests"]
+    [{'test': 'tests/a.py::t', 'outcome': 'passed', 'seconds': 12.5}]
     """
     seconds = {}
     for s, phase, test in re.findall(r"^([\d.]+)s (setup|call|teardown)\s+(\S+)", text, re.M):
         seconds[test] = seconds.get(test, 0.0) + float(s)
     tests = []
-    for test, outcome in re.findall(r"^(\S+::\S+) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b", text, re.M):
+    for test, outcome, tail in re.findall(r"^(\S+::\S+) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b(.*)$", text, re.M):
         # -v names a test from the working directory, --durations from the root directory
         same = [s for name, s in seconds.items() if test == name or test.endswith("/" + name)]
-        tests.append({"test": test, "outcome": outcome.lower(), "seconds": same[0] if same else None})
+        tests.append({"test": test, "outcome": outcome.lower(),
+                      "seconds": same[0] if same else line_seconds(tail)})
     return {"tests": tests}
 
 
@@ -98,7 +121,8 @@ def default_stages(work: Path) -> List[Stage]:
     stores), apart from the output directory, which a device call brings back whole."""
     return [
         Stage("suite", [PYTHON, "-m", "pytest", "-m", "gpu", "-n", "0", "-v", "--durations=0",
-                        "-p", "no:cacheprovider"], 180, "the GPU tests (tests/test_gpu_*.py)", parse=pytest_results),
+                        "-o", "console_output_style=times", "-p", "no:cacheprovider"], 180,
+              "the GPU tests (tests/test_gpu_*.py)", parse=pytest_results),
         Stage("bench_gpu", [PYTHON, "scripts/bench_gpu.py", "--quick", "--out", str(work / "bench_gpu")], 180,
               "Qwen3-0.6B: precompute, then training with EntroDrop off, static, and signal: loss",
               logs=work / "bench_gpu"),
@@ -110,10 +134,11 @@ def default_stages(work: Path) -> List[Stage]:
     ]
 
 
-def run_stage(stage: Stage, out: Path, cap_scale: float) -> dict:
-    """Run ``stage`` under its cap; its status (pass, fail or timeout), seconds and figures."""
+def run_stage(stage: Stage, logs: Path, cap_scale: float) -> dict:
+    """Run ``stage`` under its cap, its output into ``logs``; its status (pass, fail or timeout),
+    seconds and figures."""
     cap = stage.cap_s * cap_scale
-    stdout, stderr = out / f"{stage.name}.out", out / f"{stage.name}.err"
+    stdout, stderr = logs / f"{stage.name}.out", logs / f"{stage.name}.err"
     print(f"[gpu-check] {stage.name}: {stage.what} (cap {cap:.0f} s)", flush=True)
     start = time.perf_counter()
     with stdout.open("w") as o, stderr.open("w") as e:
@@ -126,9 +151,9 @@ def run_stage(stage: Stage, out: Path, cap_scale: float) -> dict:
             end_group(process)
     seconds = time.perf_counter() - start
     if stage.logs is not None and stage.logs.is_dir():
-        (out / f"{stage.name}_logs").mkdir(exist_ok=True)
+        (logs / f"{stage.name}_logs").mkdir(exist_ok=True)
         for log in stage.logs.glob("*.log"):
-            shutil.copy(log, out / f"{stage.name}_logs" / log.name)
+            shutil.copy(log, logs / f"{stage.name}_logs" / log.name)
     text = stdout.read_text(errors="replace")
     figures = (stage.parse or markdown_tables)(text)
     if returncode is None:
@@ -194,20 +219,37 @@ def write_summary(out: Path, results: List[dict], started: str, device: str, sec
                 lines += ["| " + " | ".join(table[0]) + " |", "|" + "---|" * len(table[0])]
                 lines += ["| " + " | ".join(row.values()) + " |" for row in table] + [""]
         if not r.get("tests") and not any(r.get("tables", [])):
-            lines += [f"No figures; see {r['stdout']} and {r['stderr']}."]
+            lines += [f"No figures; see {r['stdout']} and {r['stderr']} in {LOGS}."]
     text = "\n".join(lines) + "\n"
     (out / "summary.md").write_text(text)
     return text
 
 
-def run_check(stages: List[Stage], out: Path, cap_scale: float = 1.0) -> List[dict]:
-    """Every stage in order, whatever the ones before did; the summary rewritten after each."""
+# What the output directory holds: summary.md, summary.json and the stages' logs packed in one
+# file, three files in all, since a device call brings back at most eight (and left out summary.md
+# on 2026-11-26, when every log lay beside it).
+LOGS = "logs.tar.gz"
+
+
+def pack_logs(logs: Path, out: Path) -> None:
+    """``logs`` (every stage's output so far) into ``out/logs.tar.gz``, rewritten whole."""
+    with tarfile.open(out / f"{LOGS}.part", "w:gz") as tar:
+        tar.add(logs, arcname="logs")
+    os.replace(out / f"{LOGS}.part", out / LOGS)
+
+
+def run_check(stages: List[Stage], out: Path, cap_scale: float = 1.0, logs: Optional[Path] = None) -> List[dict]:
+    """Every stage in order, whatever the ones before did, its output into ``logs`` (default: a
+    temporary directory); the summary and ``logs.tar.gz`` in ``out`` rewritten after each."""
     out.mkdir(parents=True, exist_ok=True)
+    logs = logs or Path(tempfile.mkdtemp(prefix="gpu_check_logs_"))
+    logs.mkdir(parents=True, exist_ok=True)
     started, start, device = datetime.now().isoformat(timespec="seconds"), time.perf_counter(), device_line()
     results = []
     for stage in stages:
-        results.append(run_stage(stage, out, cap_scale))
+        results.append(run_stage(stage, logs, cap_scale))
         write_summary(out, results, started, device, time.perf_counter() - start)
+        pack_logs(logs, out)
         print(f"[gpu-check] {stage.name}: {results[-1]['status']} in {results[-1]['seconds']:.0f} s "
               f"{results[-1]['note']}", flush=True)
     return results
@@ -231,7 +273,7 @@ def main() -> None:
         stages = [s for s in stages if s.name in wanted]
     results = run_check(stages, out.resolve(), args.cap_scale)
     print("\n" + (out.resolve() / "summary.md").read_text())
-    print(f"[gpu-check] written: {out.resolve() / 'summary.md'} and summary.json")
+    print(f"[gpu-check] written: {out.resolve() / 'summary.md'}, summary.json and {LOGS} (each stage's output)")
     sys.exit(0 if all(r["status"] == "pass" for r in results) else 1)
 
 

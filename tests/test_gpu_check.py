@@ -5,6 +5,7 @@ that fails, and a real pytest run read test by test; summary.md and summary.json
 import json
 import os
 import sys
+import tarfile
 
 from conftest import _load_script
 
@@ -26,14 +27,14 @@ def test_a_stage_that_fails_or_runs_out_of_time_is_a_row_and_the_rest_still_runs
                     what="prints a row, then fails"),
         check.Stage("fine", [PY, "-c", table], cap_s=30, what="passes"),
     ]
-    results = check.run_check(stages, tmp_path / "check")
+    results = check.run_check(stages, tmp_path / "check", logs=tmp_path / "logs")
 
     assert [r["status"] for r in results] == ["timeout", "fail", "pass"]
     assert results[0]["note"] == "stopped at its cap of 3 s" and results[0]["seconds"] < 30
     assert results[1]["note"] == "exit status 1: CUDA error: out of memory"
     for r in results:  # the row printed before the hang or the failure is kept
         assert r["tables"] == [[{"what": "decode", "tokens/s": "5,106"}]], r
-    assert (tmp_path / "check" / "slow_logs" / "run.log").read_text() == "step 1"  # copied after the timeout
+    assert (tmp_path / "logs" / "slow_logs" / "run.log").read_text() == "step 1"  # copied after the timeout
     pid = int(child_pid.read_text())
     try:  # the slow stage's child went with its process group (or is a zombie about to be reaped)
         state = open(f"/proc/{pid}/stat").read().split()[2]
@@ -46,17 +47,22 @@ def test_a_stage_that_fails_or_runs_out_of_time_is_a_row_and_the_rest_still_runs
     markdown = (tmp_path / "check" / "summary.md").read_text()
     assert "| slow | timeout | " in markdown and "| broken | fail | " in markdown and "| fine | pass | " in markdown
     assert markdown.count("\n| decode | 5,106 |\n") == 3
-    assert (tmp_path / "check" / "broken.err").read_text().strip() == "CUDA error: out of memory"
+    assert (tmp_path / "logs" / "broken.err").read_text().strip() == "CUDA error: out of memory"
+    # the output directory holds three files, whatever the stages wrote: a device call brings back eight
+    assert sorted(os.listdir(tmp_path / "check")) == ["logs.tar.gz", "summary.json", "summary.md"]
+    with tarfile.open(tmp_path / "check" / "logs.tar.gz") as tar:
+        assert {"logs/slow.out", "logs/broken.err", "logs/fine.out", "logs/slow_logs/run.log"} <= set(tar.getnames())
 
 
 def test_the_suite_stage_reads_each_tests_outcome_and_seconds(tmp_path):
     check = _load_script("gpu_check")
     tests = tmp_path / "test_example.py"
     tests.write_text("def test_passes():\n    pass\n\ndef test_fails():\n    assert False\n")
-    stage = check.Stage("suite", [PY, "-m", "pytest", "-v", "-n", "0", "--durations=0", "--durations-min=0",
+    # each test's time on its own line, as the check runs the suite (a suite cut off keeps them)
+    stage = check.Stage("suite", [PY, "-m", "pytest", "-v", "-n", "0", "-o", "console_output_style=times",
                                   "-p", "no:cacheprovider", str(tests)], cap_s=120, what="a pass and a failure",
                         parse=check.pytest_results)
-    [result] = check.run_check([stage], tmp_path / "check")
+    [result] = check.run_check([stage], tmp_path / "check", logs=tmp_path / "logs")
     assert result["status"] == "fail" and result["note"].startswith("1 failed, 1 passed; exit status 1: ")
     assert result["note"].endswith("1 failed, 1 passed in " + result["note"].split(" in ")[-1])  # pytest's last line
     outcomes = {t["test"].split("::")[1]: t for t in result["tests"]}
@@ -64,4 +70,4 @@ def test_the_suite_stage_reads_each_tests_outcome_and_seconds(tmp_path):
     assert all(t["seconds"] is not None for t in outcomes.values())
     markdown = (tmp_path / "check" / "summary.md").read_text()
     assert "| suite | fail |" in markdown and "test_example.py::test_fails | failed |" in markdown
-    assert os.path.exists(tmp_path / "check" / "suite.out")
+    assert os.path.exists(tmp_path / "logs" / "suite.out")
