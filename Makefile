@@ -1,6 +1,7 @@
 # Two commands do all set-up on a fresh machine:
 #   make demo   the main job on the embedded tiny default, offline
 #   make test   the test suite (all three tiers: unit, recipe, gpu; gpu skips without one)
+#   make reproduce   the paper's tables 3 and 4 at CPU scale, three seeds a setting (under an hour)
 #   make test-fast   the unit tier alone: no `tune run`, under 2 minutes
 # On a machine with a CUDA GPU (and a CUDA build of torch), one more:
 #   make test-gpu   the tests of the CUDA paths alone, on the first CUDA device
@@ -16,7 +17,7 @@ GPU_INSTALLED := $(VENV)/.installed-gpu
 ASSETS := assets/tiny/.built
 LIBRARY := $(wildcard entrodrop/*.py entrodrop/*/*.py)
 
-.PHONY: install assets test test-fast lint test-gpu gpu-check demo clean
+.PHONY: install assets test test-fast lint test-gpu gpu-check demo reproduce clean
 
 install: $(INSTALLED)
 
@@ -75,9 +76,13 @@ gpu-check:
 	$(GPU_CHECK_VENV)/bin/python scripts/link_repo.py && \
 	$(GPU_CHECK_VENV)/bin/python scripts/gpu_check.py $(GPU_CHECK_ARGS)
 
-# FULL=1 make demo: the longer version.
+# RESUME=1 continues a demo that was stopped; DEVICE=cpu runs the CPU version where a GPU is.
 demo: $(ASSETS)
 	$(PY) scripts/demo.py
+
+# Tables 3 and 4 (docs/reproduction.md) on the CPU demo's base, made if missing; RESUME=1 continues.
+reproduce: $(ASSETS)
+	$(PY) scripts/reproduce.py
 
 clean:
 	rm -rf $(VENV) assets outputs

@@ -6,7 +6,8 @@ Three comparisons, each run through the real `tune run`, interleaved ``--repeats
 reverse order every other time), the median of the per-step figures after 5 warm-up steps:
 
 1. EntroDrop's cost, on the demo model (`assets/tiny/qwen3_demo`: the 4-layer, 256-wide Qwen3
-   that `make demo` trains, 8 x 256 tokens a step): our recipe with token dropout active every
+   that `make demo` trained until 2026-11-26, with configs/demo's settings, 8 x 256 tokens a
+   step): our recipe with token dropout active every
    step (``schedule=static``, so the gate and the mask are computed at full strength) against
    the same run with ``schedule=none`` (nothing computed). Same seed, same batches. Separate
    processes on this shared 2-core machine drift by several percent, so the cost is also
@@ -237,12 +238,17 @@ def main() -> None:
                 # evaluation off: this measures training steps
                 "evaluation.validation.target_tokens=null", "evaluation.validation.target_entropy=null",
                 "evaluation.lm_eval.tasks.code=[]"]
-        # The demo model's own entropies: training refuses a cache computed by another model.
+        # The demo model's own entropies: training refuses a cache computed by another model. Its
+        # shape is named here: configs/demo has trained a smaller model since 2026-11-26.
+        from make_tiny_assets import DEMO_QWEN3
+
+        shape = [f"model.{k}={v}" for k, v in DEMO_QWEN3.items()]
         tune("recipes/precompute_entropy.py", "--config", "configs/demo/precompute_entropy.yaml",
-             "checkpointer.checkpoint_dir=assets/tiny/qwen3_demo", f"target_tokens={tmp}/target",
+             "checkpointer.checkpoint_dir=assets/tiny/qwen3_demo", *shape, f"target_tokens={tmp}/target",
              f"cache_dir={tmp}/entropy_demo")
         demo = ["recipes/entrodrop_single_device.py", "--config", "configs/demo/cpt_entrodrop.yaml",
-                "checkpointer.checkpoint_dir=assets/tiny/qwen3_demo", *data, f"data.target_entropy={tmp}/entropy_demo"]
+                "checkpointer.checkpoint_dir=assets/tiny/qwen3_demo", *shape, *data,
+                f"data.target_entropy={tmp}/entropy_demo"]
         tiny = ["recipes/entrodrop_single_device.py", "--config", "configs/tiny/qwen3_entrodrop_single_device.yaml",
                 *data]
         ours = {  # the signal: loss run beside its entropy twin, so the two are neighbours in every repeat

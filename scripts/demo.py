@@ -1,6 +1,6 @@
 """The main job, offline: EntroDrop against plain multi-epoch continual pre-training.
 
-    python scripts/demo.py            (what `make demo` runs; FULL=1 for the longer CPU version)
+    python scripts/demo.py            (what `make demo` runs)
     DEVICE=cpu python scripts/demo.py (the CPU version on any machine)
     RESUME=1 python scripts/demo.py   (continue: skip the stages a killed demo finished)
 
@@ -12,27 +12,32 @@ packages' code and prose, then continual pre-training on one package's source (t
 random and high, NEFTune, hidden dropout, weight decay), ``signal: loss`` and ``midpoint: auto``,
 four at a time on the one GPU; its report adds tables 3 and 4 with the seed spread next to every
 difference.
-Everything lands in outputs/demo_gpu. Otherwise (and with DEVICE=cpu) the CPU version runs:
+Everything lands in outputs/demo_gpu. Otherwise (and with DEVICE=cpu) the CPU version runs, in
+the regime docs/reproduction.md chose from the baseline alone (a base that knows the format of
+the target text, so half its tokens are nearly certain, and a held-out half as large as the
+training text):
 
-On text that ships with Python, with the tiny Qwen3 of scripts/make_tiny_assets.py:
-
- 1. corpora: pre-training code (standard-library modules) and prose (pydoc topic pages); a
-    scarce target domain, the code of the tomllib package, with every
-    7th block held out for validation; general English prose, the standard-library docstrings
+ 1. corpora from Python's own files: the decimal module's arithmetic test cases
+    (Lib/test/decimaltestdata) of every operation but addition and subtraction, and the standard
+    library's top-level modules, to pre-train the base on; the scarce target domain, the first
+    addition test cases in blocks, every other block held out; general English prose, the
+    standard library's docstrings
  2. token stores of all of them (recipes/tokenize_corpus.py)
- 3. a brief pre-training of the base model (recipes/entrodrop_single_device.py, no dropout)
- 4. the base model's entropy of the target and held-out tokens (recipes/precompute_entropy.py)
- 5. the baseline: continual pre-training for many target epochs on the 6:4 mix, evaluated at
-    every epoch end by the validation loss by entropy bucket (no lm-eval task: docs/demo.md)
- 6. EntroDrop: the same run (same base, data order and steps) with token dropout, its curriculum
-    midpoint set where the baseline's validation loss stopped falling, as the paper sets j0
- 7. EntroDrop with ``signal: loss``: the same run again, the same midpoint, the gate ranking each
-    target token by its own training loss at its last visit (its entropy before the first)
- 8. EntroDrop with ``midpoint: auto``: the same run again, with no baseline to read; the curriculum
-    stays off until its own validation loss stops improving, and j0 is fixed there
- 9. the report (entrodrop/report.py): plots and a table in outputs/demo/report, with the
-    loss gate's agreement with the entropy gate and a held-out sample shaded by its entropy, the
-    gate's tokens underlined (figure 5c)
+ 3. a random-weight 0.67M-parameter Qwen3 of the shape configs/demo/pretrain.yaml names
+ 4. its pre-training into the base model (recipes/entrodrop_single_device.py, no dropout)
+ 5. the base model's entropy of the target and held-out tokens (recipes/precompute_entropy.py)
+ 6. continual pre-training on the 6:4 mix for about 60 target epochs, evaluated at every epoch
+    end by the validation loss by entropy bucket, ``CPU_PARALLEL`` runs at a time with one
+    thread each (``CPU_RUNS``): the baseline and ``midpoint: auto`` (which needs no baseline);
+    then EntroDrop with its curriculum midpoint where the baseline's validation loss stopped
+    falling, as the paper sets j0, and the same run with ``signal: loss``
+ 7. the report (entrodrop/report.py, entrodrop/seeds.py): plots and tables in
+    outputs/demo/report, each difference from the baseline, whether the baseline is in the
+    paper's regime, and a held-out sample shaded by its entropy (figure 5c)
+
+One seed a run, to stay within 10 minutes: ``make reproduce`` (scripts/reproduce.py) runs tables
+3 and 4 on the same base with three seeds of each setting, and so the seed spread that tells
+these differences from noise (docs/reproduction.md).
 
 Each stage marks itself done in <out>/.stages when it finishes. A demo starts afresh unless
 RESUME=1: then the done stages are skipped and the first one not done starts over from what it
@@ -52,28 +57,43 @@ from functools import partial
 from pathlib import Path
 
 from entrodrop.checkpointing import latest_checkpoint
-from entrodrop.report import (
-    comparison_table,
-    propose_midpoint,
-    read_run,
+from entrodrop.report import propose_midpoint, read_run, write_entropy_sample, write_report
+from entrodrop.seeds import (
+    regime_table,
+    run_figures,
     seed_spread,
-    write_entropy_sample,
-    write_report,
+    setting_figures,
+    settings_table,
+    verdict_lines,
 )
 
 REPO = Path(__file__).resolve().parent.parent
 
 OUT = REPO / "outputs" / "demo"
+CONFIGS = "configs/demo"
 TUNE = str(Path(sys.executable).parent / "tune")
-TARGET_PACKAGES = ("tomllib",)
-FULL = os.environ.get("FULL", "0") not in ("", "0")
-# FULL=1: a longer pre-training and three times the continual pre-training budget (more target epochs).
-PRETRAIN_TOKENS = 2_457_600 if FULL else 1_228_800
-# Each continual pre-training run: 157 steps of 8 x 256 tokens, about 28 target epochs (FULL=1: 470).
-# The four runs (baseline, EntroDrop, signal: loss, midpoint: auto) fit the 10 minutes the three took
-# because none scores an lm-eval task (0.9 s an evaluation; configs/demo/cpt_baseline.yaml says why).
-CPT_STEPS = 470 if FULL else 157
-CPT_TOKENS = CPT_STEPS * 8 * 256
+STDLIB = Path(sysconfig.get_paths()["stdlib"])
+# The decimal module's test cases (IBM's General Decimal Arithmetic testcases), shipped with
+# CPython's test suite; Debian and Ubuntu put it in the package libpython3.X-testsuite.
+DECIMAL_TESTS = STDLIB / "test" / "decimaltestdata"
+# The target: the first blocks of addition test cases, every other one held out (2 x 22 blocks,
+# 5.0k tokens to train on and 4.7k held out); the base never sees these operations.
+TARGET_FILE, TARGET_BLOCKS, HELD_OUT_EVERY = "add.decTest", 44, 2
+TARGET_OPERATIONS = ("add", "subtract")
+BLOCK_CHARS = 360  # a block fits a 256-token row of the tiny tokenizer
+CPU_PARALLEL = 2  # continual pre-training runs at once, one thread each
+# The runs, in groups of CPU_PARALLEL: (name, config, overrides); "{midpoint}" is the baseline's
+# proposal, so a group with one comes after the baseline's.
+CPU_RUNS = [
+    ("baseline", "cpt_baseline", []),
+    ("entrodrop_auto", "cpt_entrodrop", ["token_dropout.midpoint=auto"]),
+    ("entrodrop", "cpt_entrodrop", ["token_dropout.midpoint={midpoint}"]),
+    ("entrodrop_loss", "cpt_entrodrop", ["token_dropout.midpoint={midpoint}", "token_dropout.signal=loss"]),
+]
+# The report's settings: label -> its runs (one a seed). One seed each: a second seed of the
+# baseline and of EntroDrop would take the demo past 10 minutes; `make reproduce` runs three.
+CPU_SETTINGS = {"baseline": ["baseline"], "EntroDrop": ["entrodrop"], "EntroDrop, signal: loss": ["entrodrop_loss"],
+                "EntroDrop, midpoint: auto": ["entrodrop_auto"]}
 
 
 def blocks(text: str, limit: int = 3000) -> list:
@@ -90,6 +110,39 @@ def docstrings(source: str) -> list:
     return [d for d in (ast.get_docstring(n) for n in nodes) if d and len(d) >= 80]
 
 
+def decimal_blocks(text: str, limit: int = BLOCK_CHARS, without: tuple = ()) -> list:
+    """A ``.decTest`` file as blocks of consecutive test cases and directives, comments and the
+    cases of the operations ``without`` dropped: its blank-line groups, packed whole into blocks of
+    at most ``limit`` characters where they fit (a longer group is cut between lines).
+
+    >>> decimal_blocks("-- add\\nprecision: 9\\n\\naddx001 add 1 1 -> 2\\naddx002 add 2 1 -> 3\\n", limit=30)
+    ['precision: 9', 'addx001 add 1 1 -> 2', 'addx002 add 2 1 -> 3']
+    >>> decimal_blocks("rnd1 add 1 1 -> 2\\nrnd2 multiply 2 1 -> 2", without=("add",))
+    ['rnd2 multiply 2 1 -> 2']
+    """
+    groups = [[line.rstrip() for line in group.splitlines()
+               if line.strip() and not line.startswith("--") and line.split()[1:2] not in ([op] for op in without)]
+              for group in text.split("\n\n")]
+    out, block = [], []
+    for group in filter(None, groups):
+        if block and len("\n\n".join(["\n".join(block), *group])) > limit:
+            out.append("\n".join(block).strip())
+            block = []
+        for line in group:
+            if block and len("\n".join([*block, line])) > limit:
+                out.append("\n".join(block).strip())
+                block = []
+            block.append(line)
+        block.append("")
+    return [b for b in out + ["\n".join(block).strip()] if b]
+
+
+def operation(test_file: Path) -> str:
+    """The operation a ``.decTest`` file tests: ``dqAdd.decTest`` and ``add.decTest`` test ``add``."""
+    name = test_file.stem
+    return (name[2:] if name[:2] in ("dd", "dq", "ds") and name[2:3].isupper() else name).lower()
+
+
 def write_jsonl(path: Path, texts: list) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8") as f:
@@ -99,21 +152,28 @@ def write_jsonl(path: Path, texts: list) -> int:
 
 
 def build_corpora() -> None:
-    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    if not (DECIMAL_TESTS / TARGET_FILE).is_file():
+        raise SystemExit(f"demo stopped: {DECIMAL_TESTS / TARGET_FILE} does not exist. The CPU demo's text is the "
+                         "decimal module's test cases, part of CPython's test suite, which this Python was installed "
+                         "without (on Debian and Ubuntu: apt install libpython3.X-testsuite for python3.X)")
     read = lambda p: p.read_text(encoding="utf-8", errors="replace")  # noqa: E731
-    target_files = sorted(f for pkg in TARGET_PACKAGES for f in (stdlib / pkg).rglob("*.py") if "test" not in f.parts)
-    target_blocks = [b for f in target_files for b in blocks(read(f))]
-    modules = sorted(stdlib.glob("*.py"))
-    others = sorted(f for f in stdlib.rglob("*.py") if "test" not in str(f.relative_to(stdlib)) and
-                    f.relative_to(stdlib).parts[0] not in TARGET_PACKAGES and "site-packages" not in f.parts)
+    # every other operation's files, without the few addition and subtraction cases some of them
+    # hold; not randoms and randomBound32, which mix every operation with long random operands
+    others = [f for f in sorted(DECIMAL_TESTS.glob("*.decTest"))
+              if operation(f) not in TARGET_OPERATIONS and not operation(f).startswith("random")]
+    target_blocks = decimal_blocks(read(DECIMAL_TESTS / TARGET_FILE))[:TARGET_BLOCKS]
+    modules = sorted(STDLIB.glob("*.py"))
+    documented = sorted(f for f in STDLIB.rglob("*.py") if "test" not in str(f.relative_to(STDLIB))
+                        and "site-packages" not in f.parts)
+    corpora = OUT / "corpora"
     sizes = {
-        "pretrain_code": write_jsonl(OUT / "corpora" / "pretrain_code.jsonl", [b for f in modules for b in blocks(read(f))]),
-        "pretrain_prose": write_jsonl(OUT / "corpora" / "pretrain_prose.jsonl",
-                                      [p.strip() for t in pydoc_data.topics.topics.values()
-                                       for p in t.split("\n\n") if len(p.strip()) >= 80]),
-        "target": write_jsonl(OUT / "corpora" / "target.jsonl", [b for i, b in enumerate(target_blocks) if i % 7]),
-        "target_val": write_jsonl(OUT / "corpora" / "target_val.jsonl", [b for i, b in enumerate(target_blocks) if not i % 7]),
-        "general": write_jsonl(OUT / "corpora" / "general.jsonl", [d for f in others for d in docstrings(read(f))]),
+        "pretrain_decimal": write_jsonl(corpora / "pretrain_decimal.jsonl",
+                                        [b for f in others for b in decimal_blocks(read(f), without=TARGET_OPERATIONS)]),
+        "pretrain_code": write_jsonl(corpora / "pretrain_code.jsonl", [b for f in modules for b in blocks(read(f))]),
+        "target": write_jsonl(corpora / "target.jsonl", [b for i, b in enumerate(target_blocks) if i % HELD_OUT_EVERY]),
+        "target_val": write_jsonl(corpora / "target_val.jsonl",
+                                  [b for i, b in enumerate(target_blocks) if not i % HELD_OUT_EVERY]),
+        "general": write_jsonl(corpora / "general.jsonl", [d for f in documented for d in docstrings(read(f))]),
     }
     print("    " + ", ".join(f"{name}: {chars / 1e6:.2f}M chars" for name, chars in sizes.items()))
 
@@ -176,40 +236,96 @@ def main() -> None:
         run_stages(cpu_stages(), OUT, resume)
 
 
+def data_and_base_stages() -> list:
+    """The CPU version's first stages, which ``make reproduce`` shares: corpora, token stores and
+    the base model with its entropies. Each is (title, what runs, what it writes)."""
+    def precompute(corpus: str):
+        return lambda: tune("recipes/precompute_entropy.py", "--config", f"{CONFIGS}/precompute_entropy.yaml",
+                            f"checkpointer.checkpoint_dir={base()}", f"target_tokens=outputs/demo/tokens/{corpus}",
+                            f"cache_dir=outputs/demo/entropy/{corpus}")
+
+    return [
+        ("corpora from Python's own files: decimal arithmetic test cases, code, docstrings", build_corpora,
+         [OUT / "corpora"]),
+        ("token stores", lambda: tune("recipes/tokenize_corpus.py", "--config", f"{CONFIGS}/tokenize.yaml"),
+         [OUT / "tokens"]),
+        ("the random-weight 0.67M base model", partial(init_base, CONFIGS, "cpu"), [OUT / "init"]),
+        ("pre-train it on the other operations' test cases", lambda: tune(
+            "recipes/entrodrop_single_device.py", "--config", f"{CONFIGS}/pretrain.yaml"), [OUT / "pretrain"]),
+        ("entropy of the target tokens under the base", precompute("target"), [OUT / "entropy" / "target"]),
+        ("entropy of the held-out tokens", precompute("target_val"), [OUT / "entropy" / "target_val"]),
+    ]
+
+
+def groups(runs: list, size: int) -> list:
+    """``runs`` in consecutive groups of ``size``."""
+    return [runs[k : k + size] for k in range(0, len(runs), size)]
+
+
+def run_stage(out: Path, configs: str, runs: list, *extra: str, threads: int = 0, base_out: Path = None,
+              baseline: str = "baseline"):
+    """A stage of ``runs`` side by side (``run_group``): its title, what runs, what it writes."""
+    return (f"runs at the same compute: {', '.join(name for name, _, _ in runs)}",
+            partial(run_group, out, configs, runs, *extra, threads=threads, base_out=base_out, baseline=baseline),
+            [out / name for name, _, _ in runs])
+
+
 def cpu_stages() -> list:
     """The CPU version's stages: (title, what runs, what it writes)."""
-    return [
-        ("corpora from Python's own files", build_corpora, [OUT / "corpora"]),
-        ("token stores", lambda: tune("recipes/tokenize_corpus.py", "--config", "configs/demo/tokenize.yaml"),
-         [OUT / "tokens"]),
-        ("pre-train the tiny base model", lambda: tune(
-            "recipes/entrodrop_single_device.py", "--config", "configs/demo/pretrain.yaml", f"total_tokens={PRETRAIN_TOKENS}"),
-         [OUT / "pretrain"]),
-        ("entropy of the target tokens under the base", lambda: tune(
-            "recipes/precompute_entropy.py", "--config", "configs/demo/precompute_entropy.yaml",
-            f"checkpointer.checkpoint_dir={base()}"), [OUT / "entropy" / "target"]),
-        ("entropy of the held-out tokens", lambda: tune(
-            "recipes/precompute_entropy.py", "--config", "configs/demo/precompute_entropy.yaml",
-            f"checkpointer.checkpoint_dir={base()}", "target_tokens=outputs/demo/tokens/target_val",
-            "cache_dir=outputs/demo/entropy/target_val"), [OUT / "entropy" / "target_val"]),
-        ("baseline: multi-epoch continual pre-training", lambda: tune(
-            "recipes/entrodrop_single_device.py", "--config", "configs/demo/cpt_baseline.yaml",
-            f"checkpointer.checkpoint_dir={base()}", f"total_tokens={CPT_TOKENS}"), [OUT / "baseline"]),
-        ("EntroDrop: the same run with entropy-guided token dropout", partial(run_entrodrop, "entrodrop"),
-         [OUT / "entrodrop"]),
-        ("EntroDrop, signal: loss: the gate ranks each token by its own training loss", partial(
-            run_entrodrop, "entrodrop_loss", "token_dropout.signal=loss"), [OUT / "entrodrop_loss"]),
-        ("EntroDrop, midpoint: auto: j0 from its own validation loss, no baseline", lambda: tune(
-            "recipes/entrodrop_single_device.py", "--config", "configs/demo/cpt_entrodrop.yaml",
-            f"checkpointer.checkpoint_dir={base()}", f"total_tokens={CPT_TOKENS}", "token_dropout.midpoint=auto",
-            "output_dir=outputs/demo/entrodrop_auto"), [OUT / "entrodrop_auto"]),
-        ("report", report, [OUT / "report"]),
-    ]
+    return [*data_and_base_stages(),
+            *[run_stage(OUT, CONFIGS, group, threads=1) for group in groups(CPU_RUNS, CPU_PARALLEL)],
+            ("report", report, [OUT / "report"])]
 
 
 def base(out: Path = OUT) -> str:
     """The pre-trained base model: the last checkpoint of the pre-training stage."""
     return str(latest_checkpoint(out / "pretrain" / "checkpoints"))
+
+
+def init_base(configs: str, device: str) -> None:
+    """The random-weight base model, of the shape ``configs``/pretrain.yaml names, into the
+    checkpoint directory it reads."""
+    import torch
+    from omegaconf import OmegaConf
+
+    from entrodrop.checkpointing import write_random_checkpoint
+
+    cfg = OmegaConf.load(REPO / configs / "pretrain.yaml")
+    args = {k: v for k, v in OmegaConf.to_container(cfg.model).items() if k != "_component_"}
+    write_random_checkpoint(REPO / cfg.checkpointer.checkpoint_dir, "QWEN3", args, REPO / "assets/tiny/tokenizer",
+                            device=device, dtype=torch.float32, seed=2)
+
+
+def run_group(out: Path, configs: str, runs: list, *extra: str, threads: int = 0, base_out: Path = None,
+              baseline: str = "baseline") -> None:
+    """``runs`` (``(name, config, overrides)``) side by side, from the base model in ``base_out``
+    (default ``out``), into ``out/<name>``, each at the baseline's compute and data order (``extra``
+    overrides go to every run; ``threads``: each run's CPU threads, 0 for torch's default);
+    "{midpoint}" in an override is the proposal of the run ``out/<baseline>``. Then each run's
+    best and last validation loss."""
+    midpoint = None
+    if any("{midpoint}" in o for _, _, overrides in runs for o in overrides):
+        midpoint, line = choose_midpoint(read_run(out / baseline))
+        print(f"    {line}")
+    commands = [(name, ["recipes/entrodrop_single_device.py", "--config", f"{configs}/{config}.yaml",
+                        f"checkpointer.checkpoint_dir={base(base_out or out)}",
+                        f"output_dir={(out / name).relative_to(REPO)}",
+                        *extra, *(o.format(midpoint=midpoint) for o in overrides)])
+                for name, config, overrides in runs]
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)} if threads else None
+    logs = out / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    procs = [(name, subprocess.Popen([TUNE, "run", *args], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                                     stderr=(logs / f"{name}.log").open("w")))
+             for name, args in commands]
+    failed = [name for name, proc in procs if proc.wait()]
+    if failed:
+        raise SystemExit(f"demo stopped: {failed} failed; see {logs}/<name>.log")
+    for name, _ in commands:
+        f = run_figures(read_run(out / name))
+        print(f"    {name}: best epoch {f['best_epoch']:.2f} (val loss {f['min_val_loss']:.4f}); at epoch "
+              f"{f['last_epoch']:.2f} {f['end_all']:.4f} (low-entropy {f['end_low']:.4f}, high {f['end_high']:.4f})",
+              flush=True)
 
 
 # ---------------------------------------------------------------------------- the GPU version
@@ -221,7 +337,6 @@ GPU_CODE_CHARS, GPU_PROSE_CHARS = 60_000_000, 20_000_000  # pre-training text, a
 GPU_PRETRAIN_TOKENS = 33_554_432  # 1,024 steps of 32 x 1,024 tokens
 GPU_CPT_TOKENS = 14_680_064  # 448 steps: about 16 target epochs of 0.53M tokens at 6:4
 GPU_PARALLEL = 4  # continual pre-training runs sharing the GPU at once (a 77M model leaves it idle)
-SPREAD_SEEDS = ("baseline", "baseline_seed1"), ("entrodrop", "entrodrop_seed1")
 # The runs after the baseline: (name, config, overrides); "{midpoint}" is the baseline's proposal.
 GPU_RUNS = [
     ("baseline_seed1", "cpt_baseline", ["seed=1"]),
@@ -277,44 +392,14 @@ def build_gpu_corpora() -> None:
     print("    " + ", ".join(f"{name}: {chars / 1e6:.2f}M chars" for name, chars in sizes.items()))
 
 
-def init_gpu_base() -> None:
-    """The random-weight base model, of the shape configs/demo_gpu/pretrain.yaml names."""
-    import torch
-    from omegaconf import OmegaConf
-
-    from entrodrop.checkpointing import write_random_checkpoint
-
-    cfg = OmegaConf.load(REPO / GPU_CONFIGS / "pretrain.yaml")
-    args = {k: v for k, v in OmegaConf.to_container(cfg.model).items() if k != "_component_"}
-    write_random_checkpoint(REPO / cfg.checkpointer.checkpoint_dir, "QWEN3", args, REPO / "assets/tiny/tokenizer",
-                            device="cuda", dtype=torch.float32, seed=2)
-
-
-def run_parallel(commands: list, at_once: int) -> None:
-    """``tune run`` each ``(name, args)``, ``at_once`` at a time; stop the demo if any fails."""
-    logs = GPU_OUT / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    for start in range(0, len(commands), at_once):
-        group = commands[start : start + at_once]
-        procs = [(name, subprocess.Popen([TUNE, "run", *args], cwd=REPO, stdout=subprocess.DEVNULL,
-                                         stderr=(logs / f"{name}.log").open("w")))
-                 for name, args in group]
-        print("    " + ", ".join(name for name, _ in group), flush=True)
-        failed = [name for name, proc in procs if proc.wait()]
-        if failed:
-            raise SystemExit(f"demo stopped: {failed} failed; see {logs}/<name>.log")
-
-
-def gpu_runs(runs: list) -> None:
-    """``runs`` (of ``GPU_RUNS``) side by side on the GPU, each at the baseline's compute and data
-    order."""
-    midpoint, line = choose_midpoint(read_run(GPU_OUT / "baseline"))
-    print(f"    {line}")
-    commands = [(name, ["recipes/entrodrop_single_device.py", "--config", f"{GPU_CONFIGS}/{config}.yaml",
-                        f"checkpointer.checkpoint_dir={base(GPU_OUT)}", f"total_tokens={GPU_CPT_TOKENS}",
-                        f"output_dir=outputs/demo_gpu/{name}", *(o.format(midpoint=midpoint) for o in overrides)])
-                for name, config, overrides in runs]
-    run_parallel(commands, len(commands))
+# Tables 3 and 4 of the GPU report: label -> the runs of that setting (one a seed).
+GPU_TABLE_4 = {"baseline (gamma_max 0)": ["baseline", "baseline_seed1"], "gamma_max 0.1": ["entrodrop", "entrodrop_seed1"],
+               "gamma_max 0.2": ["gamma_max_0.2"], "gamma_max 0.4": ["gamma_max_0.4"]}
+GPU_TABLE_3 = {"baseline": ["baseline", "baseline_seed1"], "EntroDrop (gamma_max 0.1)": ["entrodrop", "entrodrop_seed1"],
+               "random targeting": ["targeting_random"], "high-entropy targeting": ["targeting_high"],
+               "NEFTune (alpha 5)": ["neftune"], "hidden dropout 0.1": ["hidden_dropout"],
+               "weight decay 0.1": ["weight_decay"], "EntroDrop, signal: loss": ["entrodrop_loss"],
+               "EntroDrop, midpoint: auto": ["entrodrop_auto"]}
 
 
 def gpu_report() -> None:
@@ -323,21 +408,36 @@ def gpu_report() -> None:
     out = GPU_OUT / "report"
     written = write_report([runs[n] for n in ("baseline", "entrodrop", "entrodrop_loss", "entrodrop_auto")], out,
                            target_group="target", baseline="baseline")
-    spread = seed_spread(runs, SPREAD_SEEDS, "target")
-    table_4 = comparison_table(runs, [("baseline (gamma_max 0)", "baseline"), ("gamma_max 0.1", "entrodrop"),
-                                      ("gamma_max 0.2", "gamma_max_0.2"), ("gamma_max 0.4", "gamma_max_0.4")],
-                               "target", "baseline", spread)
-    table_3 = comparison_table(runs, [("baseline", "baseline"), ("EntroDrop (gamma_max 0.1)", "entrodrop"),
-                                      ("random targeting", "targeting_random"), ("high-entropy targeting", "targeting_high"),
-                                      ("NEFTune (alpha 5)", "neftune"), ("hidden dropout 0.1", "hidden_dropout"),
-                                      ("weight decay 0.1", "weight_decay"), ("EntroDrop, signal: loss", "entrodrop_loss"),
-                                      ("EntroDrop, midpoint: auto", "entrodrop_auto")],
-                               "target", "baseline", spread)
-    tables = "\n".join(["Table 4: gamma_max", "", *table_4, "", "Table 3: methods", "", *table_3]) + "\n"
+    tables = seed_tables(runs, {"Table 4: gamma_max": GPU_TABLE_4, "Table 3: methods": GPU_TABLE_3}, "target")
     (out / "tables.md").write_text(tables)
     write_entropy_sample(str(REPO / GPU_CONFIGS / "cpt_entrodrop.yaml"), 3, out)
     print(Path(written["files"][-1]).read_text() + "\n" + tables)
     print(f"report: {out}")
+
+
+def seed_tables(runs: dict, tables: dict, target_group=None) -> str:
+    """Markdown: each table (title -> {label: run names}) of ``entrodrop.seeds.settings_table``, the
+    first label its baseline, under one seed spread taken over every setting of every table; then
+    whether each baseline run shows the paper's regime (``entrodrop.seeds.regime_check``)."""
+    settings = {title: {label: [runs[n] for n in names] for label, names in table.items()} for title, table in tables.items()}
+    every = {label: seeds for table in settings.values() for label, seeds in table.items()}
+    spread = seed_spread(setting_figures(every, target_group))
+    lines = []
+    for title, table in settings.items():
+        lines += [title, "", *settings_table(table, next(iter(table)), spread, target_group), ""]
+    lines += [f"Seed spread (the widest range between the seeds of one setting): best epoch "
+              f"{_or_dash(spread['best_epoch'], 2)}, min val loss {_or_dash(spread['min_val_loss'], 4)}"
+              + (f", best {target_group} average {_or_dash(spread['best_average'], 3)}" if target_group else "")
+              + ". A difference within it is noise at this scale.", ""]
+    first = next(iter(tables.values()))
+    baselines = first[next(iter(first))]  # the first table's first setting
+    lines += ["The paper's regime, from the baseline alone (entrodrop.seeds.regime_check):", "",
+              *regime_table({n: run_figures(runs[n]) for n in baselines})]
+    return "\n".join(lines) + "\n"
+
+
+def _or_dash(value, digits: int) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
 
 
 def gpu_stages() -> list:
@@ -351,7 +451,7 @@ def gpu_stages() -> list:
         ("corpora: the standard library and this environment's packages", build_gpu_corpora, [GPU_OUT / "corpora"]),
         ("token stores", lambda: tune("recipes/tokenize_corpus.py", "--config", f"{GPU_CONFIGS}/tokenize.yaml"),
          [GPU_OUT / "tokens"]),
-        ("the random-weight 77M base model", init_gpu_base, [GPU_OUT / "init"]),
+        ("the random-weight 77M base model", partial(init_base, GPU_CONFIGS, "cuda"), [GPU_OUT / "init"]),
         ("pre-train it on general code and prose", lambda: tune(
             "recipes/entrodrop_single_device.py", "--config", f"{GPU_CONFIGS}/pretrain.yaml",
             f"total_tokens={GPU_PRETRAIN_TOKENS}"), [GPU_OUT / "pretrain"]),
@@ -361,9 +461,8 @@ def gpu_stages() -> list:
             "recipes/entrodrop_single_device.py", "--config", f"{GPU_CONFIGS}/cpt_baseline.yaml",
             f"checkpointer.checkpoint_dir={base(GPU_OUT)}", f"total_tokens={GPU_CPT_TOKENS}"), [GPU_OUT / "baseline"]),
         # GPU_PARALLEL runs a stage, so a call that ends mid-way loses one group at most.
-        *[(f"runs at the same compute: {', '.join(name for name, _, _ in group)}", partial(gpu_runs, group),
-           [GPU_OUT / name for name, _, _ in group])
-          for group in (GPU_RUNS[k : k + GPU_PARALLEL] for k in range(0, len(GPU_RUNS), GPU_PARALLEL))],
+        *[run_stage(GPU_OUT, GPU_CONFIGS, group, f"total_tokens={GPU_CPT_TOKENS}")
+          for group in groups(GPU_RUNS, GPU_PARALLEL)],
         ("report: tables 3 and 4, figures 1b, 1c and 5c", gpu_report, [GPU_OUT / "report"]),
     ]
 
@@ -382,36 +481,22 @@ def choose_midpoint(baseline: dict) -> tuple:
                                       f"because {midpoint['note']}")
 
 
-def run_entrodrop(name: str, *overrides: str) -> None:
-    """An EntroDrop run into outputs/demo/``name`` at the baseline's compute, its midpoint the one
-    the baseline proposes (recomputed from the baseline's evaluations, so every such run, resumed
-    or not, gets the same)."""
-    epochs, line = choose_midpoint(read_run(OUT / "baseline"))
-    print(f"    {line}")
-    tune("recipes/entrodrop_single_device.py", "--config", "configs/demo/cpt_entrodrop.yaml",
-         f"checkpointer.checkpoint_dir={base()}", f"output_dir=outputs/demo/{name}",
-         f"total_tokens={CPT_TOKENS}", f"token_dropout.midpoint={epochs}", *overrides)
-
-
-# The CPU version's continual pre-training runs, in the report's order (its colours, its table rows).
-CPT_RUNS = ("baseline", "entrodrop", "entrodrop_loss", "entrodrop_auto")
-
-
 def report() -> None:
-    runs = [read_run(OUT / name) for name in CPT_RUNS]
+    runs = {name: read_run(OUT / name) for name, _, _ in CPU_RUNS}
+    out = OUT / "report"
     # No target group: the CPU runs score no lm-eval task, so the validation loss picks each best epoch.
-    written = write_report(runs, OUT / "report", baseline="baseline")
-    written["files"].insert(-1, str(write_entropy_sample(str(REPO / "configs/demo/cpt_entrodrop.yaml"), 3, OUT / "report")))
+    written = write_report([runs[n] for n in ("baseline", "entrodrop", "entrodrop_loss", "entrodrop_auto")], out,
+                           baseline="baseline")
+    written["files"].insert(-1, str(write_entropy_sample(str(REPO / CONFIGS / "cpt_entrodrop.yaml"), 3, out)))
+    tables = seed_tables(runs, {"EntroDrop against the baseline": CPU_SETTINGS})
+    figures = setting_figures({label: [runs[n] for n in names] for label, names in CPU_SETTINGS.items()})
+    summary = "\n".join(verdict_lines(figures, "EntroDrop", "baseline", seed_spread(figures))) + "\n"
+    (out / "tables.md").write_text(tables + "\n" + summary)
     print()
     print(Path(written["files"][-1]).read_text())
-    for run in runs:
-        for e in run["evals"]:
-            loss = e["val_loss"]
-            # signal: loss runs only: the share of the entropy gate's tokens the loss gate takes too
-            agreement = f"  gate agreement {e['signal']['gate_agreement']:.3f}" if "signal" in e else ""
-            print(f"    {run['name']:>14} epoch {e['target_epoch']:5.2f}: val loss all {loss['all']:.4f} "
-                  f"low {loss['low']:.4f} high {loss['high']:.4f}{agreement}")
-    print(f"\nreport: {OUT / 'report'} ({', '.join(Path(f).name for f in written['files'])})")
+    print(tables)
+    print(summary)
+    print(f"report: {out} ({', '.join(Path(f).name for f in written['files'])}, tables.md)")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from lm_eval.tasks import TaskManager
 from omegaconf import OmegaConf
 from test_report import fake_run
 
-from entrodrop.report import comparison_table, read_run, seed_spread
+from entrodrop.report import read_run
 
 demo = _load_script("demo")
 TASKS = REPO / "entrodrop" / "tasks"
@@ -78,16 +78,22 @@ def test_the_gpu_runs_share_the_baselines_compute_and_differ_only_in_their_switc
     assert configs["cpt_entrodrop"].checkpointer.checkpoint_dir.endswith("step_1024")
 
 
-def test_tables_3_and_4_put_the_seed_spread_beside_each_difference(tmp_path):
-    runs = {name: read_run(fake_run(tmp_path, name, losses)) for name, losses in [
+def test_the_tables_share_one_seed_spread_and_check_the_regime_of_each_baseline_seed(tmp_path):
+    runs = {name: read_run(fake_run(tmp_path, name, losses, groups=("target",))) for name, losses in [
         ("baseline", [2.0, 1.60, 1.7]), ("baseline_seed1", [2.0, 1.62, 1.7]),
-        ("entrodrop", [2.0, 1.55, 1.5]), ("entrodrop_seed1", [2.0, 1.56, 1.51])]}
-    spread = seed_spread(runs, [("baseline", "baseline_seed1"), ("entrodrop", "entrodrop_seed1")], "code")
-    assert spread == {"min_val_loss": pytest.approx(0.02), "best_average": pytest.approx(0.02)}
-    table = comparison_table(runs, [("baseline", "baseline"), ("gamma_max 0.1", "entrodrop")], "code", "baseline", spread)
-    assert table[2] == "| baseline | 2.00 | 1.6000 | +0.0000 | -1.600 | +0.000 |"
-    assert table[3] == "| gamma_max 0.1 | 3.00 | 1.5000 | -0.1000 | -1.500 | +0.100 |"
-    assert "min val loss 0.0200, best code average 0.020. A difference within it is noise." in table[-1]
+        ("entrodrop", [2.0, 1.55, 1.6]), ("entrodrop_seed1", [2.0, 1.56, 1.6]), ("gamma_max_0.4", [2.0, 1.9, 1.4])]}
+    text = demo.seed_tables(runs, {"Table 4": {"baseline": ["baseline", "baseline_seed1"],
+                                               "gamma_max 0.1": ["entrodrop", "entrodrop_seed1"]},
+                                   "Table 3": {"baseline": ["baseline", "baseline_seed1"],
+                                               "gamma_max 0.4": ["gamma_max_0.4"]}}, "target")
+    assert text.startswith("Table 4\n\n| setting | seeds |")
+    assert "| gamma_max 0.1 | 2 | 2.00 [2.00, 2.00] | +0.00 (within the spread 0.00) | 1.5550 [1.5500, 1.5600] " \
+           "| -0.0550 (beyond the spread 0.0200) |" in text
+    # one spread for both tables: the widest over every multi-seed setting (the baseline's 0.02)
+    assert "| gamma_max 0.4 | 1 | 3.00 | +1.00 (beyond the spread 0.00) | 1.4000 | -0.2100 (beyond the spread 0.0200) |" in text
+    assert "Seed spread (the widest range between the seeds of one setting): best epoch 0.00, min val loss 0.0200, " \
+           "best target average 0.020." in text
+    assert "| criterion | baseline | baseline_seed1 |" in text  # the regime of each baseline seed
 
 
 def test_the_gpu_runs_are_stages_of_at_most_gpu_parallel_runs_so_a_killed_call_loses_one_group():
@@ -102,19 +108,46 @@ def test_the_gpu_runs_are_stages_of_at_most_gpu_parallel_runs_so_a_killed_call_l
     assert titles[-1].startswith("report")
 
 
-def test_the_cpu_runs_are_stages_in_the_reports_order_at_one_budget():
+def test_the_cpu_runs_come_in_groups_after_the_base_each_group_after_the_baseline_it_reads():
     stages = demo.cpu_stages()
-    outputs = [p.name for _, _, paths in stages for p in paths]
-    assert [name for name in outputs if name in demo.CPT_RUNS] == list(demo.CPT_RUNS)
-    assert demo.CPT_RUNS == ("baseline", "entrodrop", "entrodrop_loss", "entrodrop_auto")
-    assert stages[-1][0] == "report"
-    # the signal: loss run is EntroDrop's run (same midpoint, from the baseline) with one switch
-    run = {paths[0].name: fn for _, fn, paths in stages if paths}
-    entrodrop, loss = run["entrodrop"], run["entrodrop_loss"]
-    assert (entrodrop.func, entrodrop.args) == (demo.run_entrodrop, ("entrodrop",))
-    assert (loss.func, loss.args) == (demo.run_entrodrop, ("entrodrop_loss", "token_dropout.signal=loss"))
-    cfg = OmegaConf.load(REPO / "configs/demo/cpt_entrodrop.yaml")
-    assert demo.CPT_TOKENS == demo.CPT_STEPS * cfg.global_batch_size * cfg.data.seq_len
+    titles = [title for title, _, _ in stages]
+    assert len(set(titles)) == len(titles) and titles[-1] == "report"
+    # the stages make reproduce shares come first
+    assert [title for title, _, _ in demo.data_and_base_stages()] == titles[:6]
+    groups = [paths for title, _, paths in stages if title.startswith("runs at the same compute")]
+    assert [[p.name for p in paths] for paths in groups] == [["baseline", "entrodrop_auto"], ["entrodrop", "entrodrop_loss"]]
+    # a run that reads the baseline's midpoint is never in the baseline's group
+    needs_midpoint = {name for name, _, overrides in demo.CPU_RUNS if any("{midpoint}" in o for o in overrides)}
+    assert not needs_midpoint & {p.name for p in groups[0]}
+    runs = {name: (config, overrides) for name, config, overrides in demo.CPU_RUNS}
+    # signal: loss is EntroDrop's run with one switch
+    assert runs["entrodrop_loss"] == ("cpt_entrodrop", runs["entrodrop"][1] + ["token_dropout.signal=loss"])
+    assert sorted(n for names in demo.CPU_SETTINGS.values() for n in names) == sorted(runs)
+    # one budget: the base's last step is what the configs name; both runs at the same compute
+    base = OmegaConf.load(REPO / demo.CONFIGS / "pretrain.yaml")
+    steps = base.total_tokens // (base.global_batch_size * base.data.seq_len)
+    for config in ("cpt_baseline", "cpt_entrodrop", "precompute_entropy"):
+        cfg = OmegaConf.load(REPO / demo.CONFIGS / f"{config}.yaml")
+        assert cfg.checkpointer.checkpoint_dir == f"outputs/demo/pretrain/checkpoints/step_{steps}", config
+        assert cfg.model == base.model, config
+    cpt = [OmegaConf.load(REPO / demo.CONFIGS / f"{c}.yaml") for c in ("cpt_baseline", "cpt_entrodrop")]
+    assert len({(c.total_tokens, c.global_batch_size, c.optimizer.lr, c.data.target_ratio) for c in cpt}) == 1
+
+
+def test_the_target_is_blocks_of_addition_cases_half_held_out_and_the_base_never_sees_addition(tmp_path, monkeypatch):
+    monkeypatch.setattr(demo, "OUT", tmp_path)
+    demo.build_corpora()
+    read = lambda name: [json.loads(line)["text"] for line in (tmp_path / "corpora" / f"{name}.jsonl").open()]  # noqa: E731
+    target, held_out, pretrain = read("target"), read("target_val"), read("pretrain_decimal")
+    assert len(target) == len(held_out) == demo.TARGET_BLOCKS // 2
+    # at most BLOCK_CHARS, unless a single test case is longer
+    assert all(len(block) <= demo.BLOCK_CHARS or "\n" not in block for block in target + held_out + pretrain)
+    assert not set(target) & set(held_out)
+    cases = lambda blocks: {line.split()[0] for b in blocks for line in b.splitlines() if " -> " in line}  # noqa: E731
+    assert not cases(target) & cases(held_out)  # no test case on both sides of the split
+    assert all(case.startswith("addx") for case in cases(target) | cases(held_out))
+    operations = {line.split()[1] for b in pretrain for line in b.splitlines() if " -> " in line}
+    assert "add" not in operations and "subtract" not in operations and {"multiply", "divide"} <= operations
 
 
 def test_the_held_out_target_tasks_read_the_file_each_demo_writes_and_never_trains_on():
@@ -183,12 +216,13 @@ def test_no_table_the_demos_print_has_a_column_empty_in_every_row(tmp_path):
 
     switches = {"baseline": "schedule: none", "entrodrop": "schedule: sigmoid\n  signal: entropy",
                 "entrodrop_loss": "schedule: sigmoid\n  signal: loss", "entrodrop_auto": "schedule: sigmoid"}
-    for k, name in enumerate(demo.CPT_RUNS):  # as scripts/demo.py's report() reads them
+    main = ("baseline", "entrodrop", "entrodrop_loss", "entrodrop_auto")
+    for k, name in enumerate(main):  # as scripts/demo.py's report() reads them
         run = fake_run(tmp_path, name, [2.0, 1.6 - k / 100, 1.7], groups=())
         (run / "torchtune_config.yaml").write_text(f"token_dropout:\n  targeting: low\n  {switches[name]}\n"
                                                    f"  midpoint: {'auto' if name.endswith('auto') else 2}\n"
                                                    "  midpoint_unit: epochs\n")
-    write_report([read_run(tmp_path / name) for name in demo.CPT_RUNS], tmp_path / "report", baseline="baseline")
+    write_report([read_run(tmp_path / name) for name in main], tmp_path / "report", baseline="baseline")
     table = (tmp_path / "report" / "table.md").read_text()
     assert "best target average" not in table and "documents per task" not in table
     assert table.startswith("| run | best epoch | min val loss | curriculum j0 (epoch) | signal |")
@@ -196,6 +230,6 @@ def test_no_table_the_demos_print_has_a_column_empty_in_every_row(tmp_path):
 
     runs = {name: read_run(fake_run(tmp_path / "gpu", name, [2.0, 1.6 - k / 100, 1.7], groups=("target",)))
             for k, name in enumerate(("baseline", "baseline_seed1", "entrodrop", "entrodrop_seed1"))}
-    spread = seed_spread(runs, demo.SPREAD_SEEDS, "target")
-    lines = comparison_table(runs, [("baseline", "baseline"), ("EntroDrop", "entrodrop")], "target", "baseline", spread)
-    assert all(any(cell not in ("", "-") for cell in column[1:]) for column in columns_of("\n".join(lines)))
+    seeds = {"baseline": ["baseline", "baseline_seed1"], "EntroDrop": ["entrodrop", "entrodrop_seed1"]}
+    text = demo.seed_tables(runs, {"t": seeds}, "target")
+    assert all(any(cell not in ("", "-") for cell in column[1:]) for column in columns_of(text))

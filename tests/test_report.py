@@ -7,10 +7,8 @@ from typing import List, Optional
 
 from entrodrop.report import (
     agreement_points,
-    comparison_table,
     propose_midpoint,
     read_run,
-    seed_spread,
     write_report,
 )
 
@@ -222,14 +220,6 @@ def test_the_table_shows_the_documents_per_task_and_never_ranks_scores_of_other_
     subset = (tmp_path / "subset" / "table.md").read_text()
     assert "| training | -1.400 | 16 | 3.00 | 1.4000 |" in subset and "| training2 | -1.600 | 16 |" in subset
 
-    by_name = {run["name"]: run for run in runs}
-    spread = seed_spread(by_name, [("offline", "training")], "code")
-    assert spread["best_average"] is None and abs(spread["min_val_loss"] - 0.2) < 1e-9  # no average to subtract
-    lines = comparison_table(by_name, [("offline", "offline"), ("training", "training")], "code", "offline", spread)
-    assert lines[0] == ("| run | best epoch | min val loss | vs offline | best code average (all documents per task) "
-                        "| vs offline |")
-    assert lines[2] == "| offline | 2.00 | 1.6000 | +0.0000 | -1.600 | +0.000 |"
-    assert lines[3] == "| training | 3.00 | 1.4000 | -0.2000 | 16: not compared | - |"
 
 
 def test_the_table_marks_each_runs_signal_and_a_loss_run_gets_the_agreement_plot(tmp_path):
@@ -273,16 +263,6 @@ def test_the_table_marks_each_runs_signal_and_a_loss_run_gets_the_agreement_plot
     assert not any(f.endswith("signal_agreement.png") for f in entropy_only["files"])
     assert "`signal: loss`" not in (tmp_path / "entropy_only" / "table.md").read_text()
 
-    # The comparison tables mark the signal when a row ranked the loss; the paper's tables stay as they are.
-    spread = seed_spread(runs, [("entrodrop", "older")], "code")
-    lines = comparison_table(runs, [("baseline", "baseline"), ("EntroDrop", "entrodrop"),
-                                    ("EntroDrop, signal: loss", "entrodrop_loss")], "code", "baseline", spread)
-    assert lines[0].endswith("| vs baseline | signal |") and lines[1] == "|---|---|---|---|---|---|---|"
-    assert lines[2].endswith("| +0.000 | - |") and lines[3].endswith("| +0.050 | entropy |")
-    assert lines[4] == "| EntroDrop, signal: loss | 2.00 | 1.5000 | -0.1000 | -1.500 | +0.100 | loss |"
-    paper = comparison_table(runs, [("baseline", "baseline"), ("EntroDrop", "entrodrop")], "code", "baseline", spread)
-    assert paper[0].endswith("| vs baseline |")
-    assert paper[3] == "| EntroDrop | 2.00 | 1.5500 | -0.0500 | -1.550 | +0.050 |"
 
 
 def columns_of(table: str) -> List[List[str]]:
