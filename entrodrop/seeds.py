@@ -245,11 +245,13 @@ def verdict_lines(settings: Dict[str, Sequence[Dict]], setting: str, reference: 
                   spread: Dict[str, Optional[float]]) -> List[str]:
     """One sentence a figure of ``VERDICT_FIGURES``: ``setting`` against ``reference`` (each the
     mean of its seeds), the difference, the seed spread, and the ``verdict`` (for the best epoch,
-    later is better: the paper's delay of overfitting).
+    later is better: the paper's delay of overfitting); without a spread, no verdict.
 
     >>> settings = {"b": [{"min_val_loss": 1.00}, {"min_val_loss": 1.01}], "e": [{"min_val_loss": 0.97}, {"min_val_loss": 0.98}]}
     >>> verdict_lines(settings, "e", "b", seed_spread(settings, ["min_val_loss"]))[0]
     'e against b, minimum validation loss: 0.9750 (2 seeds) against 1.0050 (2 seeds), -0.0300; seed spread 0.0100: holds.'
+    >>> verdict_lines({"b": [{"min_val_loss": 1.0}], "e": [{"min_val_loss": 0.9}]}, "e", "b", {})[0][-60:]
+    '0 (1 seed), -0.1000; no seed spread measured, so not judged.'
     """
     lines = []
     for key, what, digits, lower_is_better in VERDICT_FIGURES:
@@ -258,8 +260,8 @@ def verdict_lines(settings: Dict[str, Sequence[Dict]], setting: str, reference: 
             continue
         n, m = len(settings[setting]), len(settings[reference])
         width = spread.get(key)
+        judged = ("no seed spread measured, so not judged" if width is None else
+                  f"seed spread {width:.{digits}f}: {verdict(value, ref, width, lower_is_better)}")
         lines.append(f"{setting} against {reference}, {what}: {value:.{digits}f} ({n} seed{'s' * (n > 1)}) against "
-                     f"{ref:.{digits}f} ({m} seed{'s' * (m > 1)}), {value - ref:+.{digits}f}; seed spread "
-                     f"{'not measured' if width is None else f'{width:.{digits}f}'}: "
-                     f"{verdict(value, ref, width, lower_is_better)}.")
+                     f"{ref:.{digits}f} ({m} seed{'s' * (m > 1)}), {value - ref:+.{digits}f}; {judged}.")
     return lines
