@@ -23,7 +23,6 @@ processes train on exactly what one process would. The project's logic lives in 
 import math
 import sys
 import time
-from functools import partial
 from pathlib import Path
 from typing import Optional, Tuple
 
@@ -37,27 +36,17 @@ from entrodrop.checkpointing import HFCheckpointer, latest_checkpoint
 from entrodrop.config import cli, schemas
 from entrodrop.data.loader import build_loader, describe_budget, plan_budget
 from entrodrop.data.packing import block_causal_mask
-from entrodrop.data.sample_store import SampleStore, check_cache_model
+from entrodrop.data.sample_store import check_cache_model
 from entrodrop.errors import ConfigError
 from entrodrop.eval.evaluator import Evaluator
 from entrodrop.eval.records import metric_fields, record_evaluation
 from entrodrop.eval.task_checks import allow_code, task_index
 from entrodrop.eval.validation import open_validation
 from entrodrop.loss import model_output_for
-from entrodrop.method.dropout import (
-    AUTO_NOT_FIXED,
-    EmbeddingHook,
-    TokenDropout,
-    add_hidden_dropout,
-    mean_embedding,
-    perturb_embeddings,
-    plan_perturbation,
-)
-from entrodrop.method.loss_signal import LossSignal, loss_with_token_losses
+from entrodrop.method.dropout import add_hidden_dropout
 from entrodrop.models.hf_config import check_matches_checkpoint
 from entrodrop.train.activations import checkpoint_layers
 from entrodrop.train.cadence import crossed_multiple, evaluation_due
-from entrodrop.train.midpoint import MidpointWatch, midpoint_state
 from entrodrop.train.parallel import shard
 from entrodrop.train.run_dir import (
     clear_earlier_run,
@@ -69,6 +58,7 @@ from entrodrop.train.run_dir import (
     rng_state,
     set_rng_state,
 )
+from entrodrop.train.token_dropout import TokenDropoutRun
 
 log = utils.get_logger("INFO")
 
@@ -100,14 +90,14 @@ class EntroDropRecipeDistributed:
         self._keep_last_n = cfg.keep_last_n_checkpoints
         self._keep_pruned_weights = cfg.keep_pruned_weights
         self._log_every = cfg.log_every_n_steps
-        self._neftune_alpha = cfg.neftune_alpha
         self._eval_every = cfg.evaluation.every_n_steps
         self._eval_every_n_epochs = cfg.evaluation.every_n_epochs
         self._config = plain(cfg)  # saved with each checkpoint; a resumed run must match it
         # A bad loss setting (or liger-kernel missing) fails here, before any data or model loads.
         self._loss_fn = config.instantiate(cfg.loss)
-        # signal: loss reads each token's loss from the same pass (entrodrop.method.loss_signal); None: the loss alone.
-        self._loss_and_tokens = loss_with_token_losses(self._loss_fn) if cfg.token_dropout.signal == "loss" else None
+        # EntroDrop's state over the run (entrodrop.train.token_dropout); a loss that cannot give
+        # each token's loss, as signal: loss needs, fails here too.
+        self._token_dropout = TokenDropoutRun.from_config(cfg, self._loss_fn, self._seed, self._device, distributed=True)
         self._metric_logger = None
 
     def setup(self, cfg: DictConfig) -> bool:
@@ -121,10 +111,10 @@ class EntroDropRecipeDistributed:
                                      "is complete, nothing to do")
             return False
         self._setup_model(cfg, state, resume_dir)
-        self._setup_token_dropout(cfg, state)
         self._setup_optimizer(cfg, state)
         if state:  # after the model is built: its initialization draws from the global generators
             self._loader.load_state_dict(state["loader"])
+            self._token_dropout.load_state_dict(state)  # e_bar, j0 of midpoint: auto, the loss signal
             set_rng_state(state["rng"][self._rank], self._device)
             utils.log_rank_zero(log, f"resumed from {resume_dir} at step {self._step}")
         self._setup_evaluation(cfg)
@@ -180,15 +170,12 @@ class EntroDropRecipeDistributed:
         self._num_steps = budget.num_steps
 
     def _setup_model(self, cfg: DictConfig, state: Optional[dict], resume_dir: Optional[Path]) -> None:
-        """The model with the weights to resume (else the base checkpoint's), e_bar, the embedding
-        hook EntroDrop enters by, and the forward the loss reads."""
+        """The model with the weights to resume (else the base checkpoint's), EntroDrop attached to
+        its embedding, and the forward the loss reads."""
         base = config.instantiate(cfg.checkpointer)
         source = (HFCheckpointer(str(resume_dir), cfg.checkpointer.model_type, cfg.checkpointer.output_dir)
                   if resume_dir else base)
         model_sd = source.load_checkpoint()["model"]
-        # e_bar is the mean of the BASE model's embedding matrix: computed once, then carried in
-        # the recipe state, never recomputed from trained weights.
-        self._e_bar = (state["e_bar"] if state else mean_embedding(model_sd["tok_embeddings.weight"])).to(self._device)
         # Built on the meta device, wrapped as on one device, then sharded and filled (``shard``).
         with training.set_default_dtype(self._dtype), torch.device("meta"):
             model = config.instantiate(cfg.model)
@@ -201,26 +188,11 @@ class EntroDropRecipeDistributed:
         shard(model, model_sd, self._device, self._dtype)
         utils.log_rank_zero(log, f"activation checkpointing: {num_checkpointed} of {len(model.layers)} layers")
         self._model, self._checkpointer = model, base
-        self._embedding_hook = EmbeddingHook(model.tok_embeddings)
+        # e_bar: the mean of the base model's embedding matrix (a resumed run's comes from its state).
+        self._token_dropout.attach(model, model_sd["tok_embeddings.weight"])
         # What the loss reads: the final hidden states, projected by a fused loss in chunks so
         # the [tokens, vocab] logits never exist (entrodrop.loss), or torchtune's chunks of logits.
         self._forward = model_output_for(model, self._loss_fn)
-
-    def _setup_token_dropout(self, cfg: DictConfig, state: Optional[dict]) -> None:
-        """EntroDrop's settings (``token_dropout``), the ``midpoint: auto`` watch and, with
-        ``signal: loss``, the live signal store; a resumed run takes the checkpoint's."""
-        self._dropout = TokenDropout.from_config(cfg.token_dropout, self._seed)
-        # midpoint: auto starts unfixed (gamma_max(j) = 0 exactly) until an evaluation fixes j0; a
-        # resumed run takes the checkpoint's j0 and validation losses. None for a number.
-        self._midpoint = MidpointWatch.from_config(cfg.token_dropout)
-        if self._midpoint and state:
-            self._midpoint.load_state_dict(state)
-            self._dropout = self._midpoint.apply(self._dropout)
-        # signal: loss - the live signal store, the cached entropies until each token's first visit.
-        self._entropy = SampleStore(cfg.data.target_entropy, "entropy") if self._loss_and_tokens else None
-        self._signal = LossSignal(self._entropy, self._device) if self._entropy else None
-        if self._signal and state:
-            self._signal.load_state_dict(state["loss_signal"])
 
     def _setup_optimizer(self, cfg: DictConfig, state: Optional[dict]) -> None:
         """The optimizer and its learning-rate schedule over the run's steps; a resumed run takes the
@@ -254,9 +226,7 @@ class EntroDropRecipeDistributed:
         output = self._forward(batch["tokens"], mask=block_causal_mask(batch["document_ids"]),
                                input_pos=batch["input_pos"])
         num_tokens = (batch["labels"] != self._loss_fn.ignore_index).sum()
-        if self._loss_and_tokens is None:
-            return self._loss_fn(output, batch["labels"]) * num_tokens, None
-        loss, token_losses = self._loss_and_tokens(output, batch["labels"])
+        loss, token_losses = self._token_dropout.loss_and_token_losses(output, batch["labels"])
         return loss * num_tokens, token_losses
 
     def _train_step(self, batch: dict) -> Tuple[float, int, dict]:
@@ -268,29 +238,19 @@ class EntroDropRecipeDistributed:
         num_tokens = torch.tensor((batch["labels"] != self._loss_fn.ignore_index).sum().item(), device=self._device)
         dist.all_reduce(num_tokens)  # the loss is a mean over the global batch's tokens
         num_tokens = int(num_tokens)
-        if self._signal:  # signal: loss ranks each target token by its last training loss
-            index = self._signal.index(batch["sample"], batch["input_pos"])
-            batch = {**batch, "entropy": self._signal.lookup(index)}
-        drop, noise, stats, counts = plan_perturbation(
-            self._dropout, self._neftune_alpha, batch, self._step, self._loader.root.rows,
-            self._e_bar.numel(), self._device)
+        # EntroDrop: this step's drop mask (and NEFTune's noise), for this process's rows.
+        stats, counts = self._token_dropout.plan(batch, self._step, self._loader.root.rows)
         rows = batch["tokens"].shape[0] // self._grad_accum
         loss_sum, token_losses = torch.zeros((), dtype=torch.float64, device=self._device), []
         for m in range(self._grad_accum):
             part = slice(m * rows, (m + 1) * rows)
-            # EntroDrop enters here: the embedding hook puts e_bar at the dropped positions.
-            self._embedding_hook.set(partial(perturb_embeddings, e_bar=self._e_bar,
-                                             drop=None if drop is None else drop[part],
-                                             noise=None if noise is None else noise[part]))
-            loss, losses = self._loss_sum({k: v[part] for k, v in tensors.items()})
+            with self._token_dropout.for_micro_batch(part):  # e_bar at the dropped positions
+                loss, losses = self._loss_sum({k: v[part] for k, v in tensors.items()})
+                # FSDP2 averages gradients over ranks; scale so they are those of the global mean.
+                (loss * self._world_size / num_tokens).backward()
             token_losses.append(losses)
-            # FSDP2 averages gradients over ranks; scale so they are those of the global mean.
-            (loss * self._world_size / num_tokens).backward()
             loss_sum += loss.detach().double()  # read once a step: a read per micro-batch would wait for each
-        self._embedding_hook.set(None)
-        if self._signal:
-            self._signal.record(index, tensors["labels"].to(self._device, non_blocking=True), torch.cat(token_losses),
-                                drop, self._loss_fn.ignore_index, distributed=True)
+        self._token_dropout.record_losses(tensors["labels"], token_losses)  # signal: loss learns them
         totals = torch.cat([loss_sum.view(1), counts.double()])
         dist.all_reduce(totals)
         loss_sum, dropped, targets = totals.tolist()
@@ -304,21 +264,6 @@ class EntroDropRecipeDistributed:
         self._optimizer.zero_grad(set_to_none=True)
         self._lr_scheduler.step()
         return loss, num_tokens, {**stats, "target_dropped": dropped / max(targets, 1.0), "grad_norm": grad_norm}
-
-    def _evaluate(self, target_epoch: float) -> dict:
-        """Evaluate with nothing perturbed, then back to training; the record of the checkpoint
-        saved next. With midpoint: auto it carries j0 (None until fixed)."""
-        self._model.eval()
-        self._embedding_hook.set(None)
-        record = self._evaluator(self._step, target_epoch, str(self._checkpointer.output_dir / f"step_{self._step}"))
-        self._model.train()
-        if self._midpoint:  # midpoint: auto fixes j0 once the validation loss stops improving
-            record["auto_midpoint"] = self._midpoint.observe(record)
-            self._dropout = self._midpoint.apply(self._dropout)
-        if self._signal:  # how far the loss gate has moved from the entropy gate
-            record["signal"] = self._signal.agreement(self._entropy, self._dropout.gate_percentile,
-                                                      self._dropout.targeting)
-        return record
 
     def _record_evaluation(self, record: dict) -> None:
         """evals.jsonl and summary.json, the metric log (with j0 at the step that fixed it) and a log line; rank 0."""
@@ -334,10 +279,9 @@ class EntroDropRecipeDistributed:
         only checkpoints that exist), then prune (last: the best checkpoint it keeps is read from
         the summary that record may have changed, so a new best never leaves the old one behind)."""
         state = {
-            "step": self._step, "seed": self._seed, "e_bar": self._e_bar.cpu(), "optimizer": optimizer_sd,
+            "step": self._step, "seed": self._seed, "optimizer": optimizer_sd,
             "lr_scheduler": self._lr_scheduler.state_dict(), "loader": self._loader.state_dict(), "rng": rng,
-            "config": self._config, **midpoint_state(self._midpoint),  # val_losses and j0 of midpoint: auto
-            "loss_signal": self._signal.state_dict() if self._signal else None,
+            "config": self._config, **self._token_dropout.state_dict(),  # e_bar, val_losses, j0, loss_signal
         }
         path = self._checkpointer.save_checkpoint({"model": model_sd}, f"step_{self._step}", state,
                                                    {"step": self._step, "target_epoch": target_epoch})
@@ -376,12 +320,12 @@ class EntroDropRecipeDistributed:
             epoch = batch["target_epoch"]
             # Evaluated before the save, so the checkpoint holds what the evaluation decided (the j0
             # of midpoint: auto); the save records it (an evaluation is always saved).
-            record = self._evaluate(epoch) if evaluate else None
+            record = self._token_dropout.observe(self._evaluator(self._step, epoch, str(
+                self._checkpointer.output_dir / f"step_{self._step}"))) if evaluate else None
             if self._step % self._save_every == 0 or epoch_ended or evaluate or self._step == self._num_steps:
                 self.save_checkpoint(epoch, record)
         progress.close()
-        if self._rank == 0 and self._midpoint and self._midpoint.j0 is None:
-            log.warning(AUTO_NOT_FIXED)  # the last line: this run is not EntroDrop
+        self._token_dropout.warn_if_not_fixed()  # the last line of a midpoint: auto run that is not EntroDrop
 
     def save_checkpoint(self, target_epoch: float, record: Optional[dict] = None) -> Path:
         """This step's checkpoint, with ``record``, the evaluation made at this step, if any."""

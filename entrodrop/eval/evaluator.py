@@ -19,8 +19,9 @@ from entrodrop.eval.validation import (
 
 class Evaluator:
     """One evaluation point of a run: entropy-bucket validation and lm-eval task groups, with
-    nothing perturbed. The caller puts the model in eval mode and turns its perturbations off;
-    the training RNG is restored after, so evaluating does not change the run.
+    nothing perturbed. The model runs in eval mode and goes back to the mode it was in; the
+    caller turns its perturbations off (``TokenDropoutRun`` does outside a micro-batch); the
+    training RNG is restored after, so evaluating does not change the run.
 
     Args:
         model: the model being trained (plain or FSDP2-sharded).
@@ -63,6 +64,8 @@ class Evaluator:
         record = {"step": step, "target_epoch": target_epoch, "checkpoint": checkpoint}
         if self.lm:
             record["limit"] = self._cfg.limit
+        training = self._model.training
+        self._model.eval()
         with torch.random.fork_rng(devices=[self._device] if self._device.type == "cuda" else []):
             if self._validation:
                 tokens, entropy, buckets = self._validation
@@ -87,4 +90,5 @@ class Evaluator:
                     record["groups"] = group_scores(out["results"], self._task_groups, self._metrics)
                     record["metrics"] = group_metrics(self._task_groups, self._metrics)
                     record["prompt_format"] = task_scoring(self._cfg)["prompt_format"]
+        self._model.train(training)
         return record
