@@ -32,13 +32,13 @@ from entrodrop.checkpointing import HFCheckpointer, latest_checkpoint
 from entrodrop.config import cli, schemas
 from entrodrop.data.loader import build_loader, describe_budget, plan_budget
 from entrodrop.data.packing import block_causal_mask
-from entrodrop.data.sample_store import check_cache_model
 from entrodrop.eval.evaluator import Evaluator
 from entrodrop.eval.records import metric_fields, record_evaluation
 from entrodrop.eval.task_checks import allow_code, task_index
 from entrodrop.eval.validation import open_validation
 from entrodrop.loss import model_output_for
 from entrodrop.method.dropout import add_hidden_dropout
+from entrodrop.method.entropy import check_cache_model
 from entrodrop.models.hf_config import check_matches_checkpoint
 from entrodrop.train.activations import checkpoint_layers
 from entrodrop.train.cadence import crossed_multiple, evaluation_due

@@ -26,12 +26,8 @@ from torchtune import config, training, utils
 from tqdm import tqdm
 
 from entrodrop.config import cli, schemas
-from entrodrop.data.sample_store import (
-    SampleStore,
-    SampleStoreWriter,
-    entropy_cache_key,
-    sample_table,
-)
+from entrodrop.data.fingerprints import entropy_cache_key
+from entrodrop.data.sample_store import SampleStore, SampleStoreWriter, sample_table
 from entrodrop.method.entropy import Throughput, shard_entropies
 from entrodrop.models.hf_config import check_matches_checkpoint
 

@@ -4,7 +4,7 @@
     tune run --nproc_per_node 2 recipes/tokenize_corpus.py --config configs/tiny/qwen3_tokenize.yaml
 
 Each entry of ``corpora`` is a JSON-lines file or a ``datasets.load_dataset`` source
-(``entrodrop.data.sources``: which rows, rendered how, selected and held out how) and becomes a store
+(``entrodrop.data.store_plans``: which rows, rendered how, selected and held out how) and becomes a store
 of int32 token ids (``entrodrop.data.sample_store``); a source with ``validation_size`` also writes
 its held-out rows to ``validation_store_dir``. A record longer than ``max_seq_len`` is split
 into samples of ``max_seq_len`` or cut, as its ``long_samples`` says, and the log says how many
@@ -27,8 +27,8 @@ from omegaconf import DictConfig, OmegaConf
 from torchtune import config, utils
 
 from entrodrop.config import cli, schemas
-from entrodrop.data.sample_store import store_key
-from entrodrop.data.sources import plan_corpus
+from entrodrop.data.fingerprints import store_key
+from entrodrop.data.store_plans import plan_corpus
 from entrodrop.data.token_stores import write_token_store
 from entrodrop.errors import CorpusError, SourceError
 

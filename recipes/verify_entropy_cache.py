@@ -18,12 +18,8 @@ from omegaconf import DictConfig
 from torchtune import config, utils
 
 from entrodrop.config import cli, schemas
-from entrodrop.data.sample_store import (
-    SAMPLES,
-    SampleStore,
-    entropy_cache_key,
-    mismatches,
-)
+from entrodrop.data.fingerprints import entropy_cache_key
+from entrodrop.data.sample_store import SAMPLES, SampleStore, mismatches
 from entrodrop.errors import CacheMismatchError
 
 log = utils.get_logger("INFO")

@@ -8,10 +8,10 @@ output (logs.tar.gz): three files, as a device call brings back at most eight.
 
 Stages, in order, with their caps (seconds; 480 in all, so the check with its set-up fits 9 minutes):
 
-    suite       pytest -m gpu -n 0 (tests/test_gpu_*.py), each test's time as it ends    180
-    bench_gpu   scripts/bench_gpu.py --quick: precompute, training off/static/loss     180
-    generate    scripts/bench_generate.py --device cuda --quick: batches 32 and 128     90
-    loss        scripts/bench_loss.py --device cuda at 8,192 tokens                     30
+    suite       pytest -m gpu -n 0 (tests/test_gpu_*.py), each test's time as it ends     180
+    bench_gpu   benchmarks/bench_gpu.py --quick: precompute, training off/static/loss     180
+    generate    benchmarks/bench_generate.py --device cuda --quick: batches 32 and 128     90
+    loss        benchmarks/bench_loss.py --device cuda at 8,192 tokens                     30
 
 A stage that fails or runs past its cap is a row that says so (its process group is ended),
 and the next stage still runs. Each stage's output goes to ``<stage>.out`` and ``<stage>.err``
@@ -123,12 +123,12 @@ def default_stages(work: Path) -> List[Stage]:
         Stage("suite", [PYTHON, "-m", "pytest", "-m", "gpu", "-n", "0", "-v", "--durations=0",
                         "-o", "console_output_style=times", "-p", "no:cacheprovider"], 180,
               "the GPU tests (tests/test_gpu_*.py)", parse=pytest_results),
-        Stage("bench_gpu", [PYTHON, "scripts/bench_gpu.py", "--quick", "--out", str(work / "bench_gpu")], 180,
+        Stage("bench_gpu", [PYTHON, "benchmarks/bench_gpu.py", "--quick", "--out", str(work / "bench_gpu")], 180,
               "Qwen3-0.6B: precompute, then training with EntroDrop off, static, and signal: loss",
               logs=work / "bench_gpu"),
-        Stage("generate", [PYTHON, "scripts/bench_generate.py", "--device", "cuda", "--quick"], 90,
+        Stage("generate", [PYTHON, "benchmarks/bench_generate.py", "--device", "cuda", "--quick"], 90,
               "greedy generation through the lm-eval adapter, Qwen3-0.6B shape, batches 32 and 128"),
-        Stage("loss", [PYTHON, "scripts/bench_loss.py", "--device", "cuda", "--tokens", "8192",
+        Stage("loss", [PYTHON, "benchmarks/bench_loss.py", "--device", "cuda", "--tokens", "8192",
                        "--chunk-sizes", "1024", "--repeats", "2"], 30,
               "the training loss at 8,192 tokens x 151,936: unfused, chunked, fused, liger"),
     ]

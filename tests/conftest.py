@@ -56,9 +56,10 @@ def cuda_only(device: torch.device, what: str) -> None:
         pytest.skip(f"{what} needs CUDA (GPU_TESTS_ON_CPU=1 runs the rest of the GPU tests on the CPU)")
 
 
-def _load_script(name: str):
-    """Import ``scripts/<name>.py`` as a module (scripts are not a package)."""
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+def _load_script(name: str, folder: str = "scripts"):
+    """Import ``<folder>/<name>.py`` as a module: a script, or a benchmark with ``folder="benchmarks"``
+    (neither folder is a package)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / folder / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -1,7 +1,7 @@
-"""scripts/bench_gpu.py's pipeline on CPU with the tiny model: it builds its corpora and
+"""benchmarks/bench_gpu.py's pipeline on CPU with the tiny model: it builds its corpora and
 checkpoint, runs tokenize, precompute and the interleaved off/static/loss training through
 `tune run`, and prints every row of its table, signal: loss's cost beside EntroDrop's; and
-scripts/bench_generate.py's CPU path, with the decoding that lets its CUDA path run a model of
+benchmarks/bench_generate.py's CPU path, with the decoding that lets its CUDA path run a model of
 Qwen3's whole vocabulary with the tiny tokenizer. The GPU figures themselves come from a GPU
 machine."""
 
@@ -16,7 +16,7 @@ from entrodrop.method.entropy import Throughput
 
 pytestmark = pytest.mark.recipe  # starts tune run / torchrun / a script in a subprocess
 
-BENCH = [sys.executable, str(REPO / "scripts" / "bench_gpu.py")]
+BENCH = [sys.executable, str(REPO / "benchmarks" / "bench_gpu.py")]
 
 
 def test_the_gpu_benchmark_runs_its_whole_pipeline_on_cpu(tiny_assets, tmp_path):
@@ -56,7 +56,7 @@ def test_the_benchmark_reads_the_precomputes_steady_state_apart_from_its_warm_up
     """The precompute's log line (``Throughput.summary``) gives the benchmark both figures: the
     steady state after the compile warm-up, and the overall rate with the warm-up in it; a run
     too short for a steady state gives the overall rate alone."""
-    precompute_speeds = _load_script("bench_gpu").precompute_speeds
+    precompute_speeds = _load_script("bench_gpu", "benchmarks").precompute_speeds
     meter = Throughput(warmup_batches=2, clock=iter([0.0, 30.0, 31.0, 32.0, 33.0, 34.0]).__next__)
     for _ in range(5):
         meter(1000)
@@ -72,7 +72,7 @@ def test_the_benchmark_reads_the_precomputes_steady_state_apart_from_its_warm_up
 def test_the_generation_benchmark_runs_on_cpu(tiny_assets):
     """Tiny sizes: every row of the table, the compiled adapter and transformers agreeing with
     the eager adapter on every row (fp32)."""
-    result = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_generate.py"), "--batch-sizes", "2",
+    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_generate.py"), "--batch-sizes", "2",
                              "--max-new", "8", "--repeats", "1", "--prompt-tokens", "16"],
                             cwd=REPO, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -87,7 +87,7 @@ def test_a_model_of_the_whole_vocabulary_speaks_only_what_the_tiny_tokenizer_dec
     tokenizer (2,074 ids; its decode fails on the others, as it did on an H100): with the
     other ids' tied embedding rows zeroed, greedy picks only known ids, and the benchmark's
     tokenizer decodes an unknown id to nothing rather than failing."""
-    bench = _load_script("bench_generate")
+    bench = _load_script("bench_generate", "benchmarks")
     from entrodrop.models.qwen3._component_builders import qwen3
     from entrodrop.models.qwen3._model_builders import qwen3_tokenizer
 

@@ -239,7 +239,7 @@ def hub_copies(root: Path) -> dict:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    lines = [line for line in (REPO / "entrodrop" / "data" / "sources.py").read_text().splitlines() if line.strip()]
+    lines = [line for line in (REPO / "entrodrop" / "data" / "store_plans.py").read_text().splitlines() if line.strip()]
     numina = [{"source": "synthetic", "problem": f"Problem {i}: {lines[i]}", "solution": " ".join(lines[i : i + 9]),
                "messages": [{"role": "user", "content": lines[i]}, {"role": "assistant", "content": lines[i + 1]}]}
               for i in range(120)]

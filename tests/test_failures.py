@@ -19,8 +19,8 @@ from omegaconf import OmegaConf
 from safetensors.torch import load_file, save_file
 
 from entrodrop.config import cli, schemas
-from entrodrop.data.sample_store import check_cache_model
 from entrodrop.errors import CacheMismatchError, ConfigError
+from entrodrop.method.entropy import check_cache_model
 
 TRAIN = ["recipes/entrodrop_single_device.py", "--config", "configs/tiny/qwen3_entrodrop_single_device.yaml"]
 NO_TASKS = "evaluation.lm_eval.tasks={}"  # fails sooner: no lm-eval index to build

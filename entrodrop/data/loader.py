@@ -50,7 +50,7 @@ from entrodrop.errors import CacheMismatchError, ConfigError
 
 
 @dataclass(frozen=True)
-class Budget:
+class TrainingBudget:
     """The training length a token budget implies; see ``plan_budget``."""
 
     num_steps: int
@@ -82,7 +82,7 @@ def num_training_steps(total_tokens: int, global_batch_size: int, seq_len: int) 
 
 
 def plan_budget(total_tokens: int, global_batch_size: int, seq_len: int, target_ratio: float,
-                target_tokens: int, general_tokens: int) -> Budget:
+                target_tokens: int, general_tokens: int) -> TrainingBudget:
     """Steps and target epochs of a run of ``total_tokens`` token slots.
 
     ``target_epochs`` counts token slots; packing whole samples leaves some as padding, so it is
@@ -110,7 +110,7 @@ def plan_budget(total_tokens: int, global_batch_size: int, seq_len: int, target_
     if problems:
         raise ConfigError("invalid training budget:\n  " + "\n  ".join(problems))
     target_epochs = target_ratio * num_steps * tokens_per_step / target_tokens
-    return Budget(num_steps, tokens_per_step, target_epochs, target_tokens, general_needed, general_tokens)
+    return TrainingBudget(num_steps, tokens_per_step, target_epochs, target_tokens, general_needed, general_tokens)
 
 
 
@@ -279,7 +279,7 @@ class MixedPackedStream(BaseNode[Dict[str, Any]]):
 
 
 
-def describe_budget(budget: Budget, stream: "MixedPackedStream", probe_steps: int = 100) -> str:
+def describe_budget(budget: TrainingBudget, stream: "MixedPackedStream", probe_steps: int = 100) -> str:
     """The budget line a run logs: ``budget.describe()`` in token slots, and the target epochs
     the logs will show, from laying out the first ``probe_steps`` steps (packing whole samples
     leaves padding, so token slots overcount the epochs)."""

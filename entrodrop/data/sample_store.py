@@ -22,18 +22,17 @@ in a shard keeps the manifest. ``SampleStore.check_tokens`` reads a token store 
 every sample and names the shard file and first sample that differ from the table.
 """
 
-import hashlib
 import json
 import os
 import shutil
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
 from entrodrop.data.corpus import token_hash, token_hashes
-from entrodrop.errors import CacheMismatchError, CheckpointError
+from entrodrop.errors import CacheMismatchError
 from entrodrop.temp_paths import temp_dir
 
 STORE_VERSION = 1
@@ -46,61 +45,13 @@ KINDS = {
     "entropy": ("entropy cache", np.float16, "recipes/precompute_entropy.py"),
     "tokens": ("token store", np.int32, "recipes/tokenize_corpus.py"),
 }
-_SAMPLED_BYTES = 1 << 20
 _MAX_OPEN_FILES = 64
 _HASH_BLOCK_TOKENS = 1 << 20  # read while hashing a shard: 4 MiB of int32, 8 MiB as int64
 _MAX_SHARDS_NAMED = 5
 
 
 
-# ---------------------------------------------------------------------------- fingerprints
-
-
-def _sha(parts: Iterable[bytes]) -> str:
-    h = hashlib.sha256()
-    for part in parts:
-        h.update(part)
-    return h.hexdigest()[:16]
-
-
-def fingerprint_file(path: Path, sampled: bool = False) -> str:
-    """sha256 of a file; with ``sampled``, of its size and three 1 MiB windows (start,
-    middle, end), which tells apart checkpoints of many GB in milliseconds."""
-    size = path.stat().st_size
-    with path.open("rb") as f:
-        if not sampled or size <= 3 * _SAMPLED_BYTES:
-            return _sha(iter(lambda: f.read(_SAMPLED_BYTES), b""))  # streamed: corpora can be large
-        parts = [str(size).encode()]
-        for start in (0, size // 2, size - _SAMPLED_BYTES):
-            f.seek(start)
-            parts.append(f.read(_SAMPLED_BYTES))
-        return _sha(parts)
-
-
-def fingerprint_checkpoint(checkpoint_dir: str, weight_files: Sequence[str]) -> str:
-    """The checkpoint's ``config.json`` and a sample of each weight file's bytes."""
-    root = Path(checkpoint_dir)
-    parts = [fingerprint_file(root / "config.json")]
-    parts += [f"{name}:{fingerprint_file(root / name, sampled=True)}" for name in sorted(weight_files)]
-    return _sha(["\n".join(parts).encode()])
-
-
-def fingerprint_tokenizer(tokenizer_cfg: Dict[str, Any]) -> str:
-    """The tokenizer's builder and arguments, with each file argument replaced by its
-    content hash, so moving the files keeps the fingerprint and editing them changes it."""
-    parts = []
-    for key, value in sorted(tokenizer_cfg.items()):
-        if isinstance(value, str) and Path(value).is_file():
-            value = fingerprint_file(Path(value))
-        parts.append(f"{key}={value}")
-    return _sha(["\n".join(parts).encode()])
-
-
-def store_key(tokenizer_cfg: Dict[str, Any], source: Dict[str, Any], max_seq_len: int) -> Dict[str, Any]:
-    """The key of a token store written from ``source`` (``entrodrop.data.sources``: where the rows
-    come from, the data's fingerprint, their selection, rendering and long-sample rule)."""
-    return {"model": None, "tokenizer": fingerprint_tokenizer(tokenizer_cfg),
-            "corpus": _sha([json.dumps(source, sort_keys=True, default=str).encode()]), "max_seq_len": max_seq_len}
+# ---------------------------------------------------------------------------- manifests and tables
 
 
 def source_differences(old: Optional[Dict[str, Any]], new: Optional[Dict[str, Any]]) -> List[str]:
@@ -137,42 +88,6 @@ def store_complete(store_dir: str, kind: str, key: Dict[str, Any], source: Optio
     old = json.loads(manifest_path.read_text())
     _refuse_other_store(Path(store_dir), old, {"kind": kind, "key": key, "source": source})
     return old["complete"]
-
-
-def entropy_cache_key(tokens: "SampleStore", checkpoint_dir: str, weight_files: Sequence[str]) -> Dict[str, Any]:
-    """The key of the entropy cache of a token store's samples under a checkpoint: the store's
-    key (tokenizer, corpus, max_seq_len) with the model filled in."""
-    return {**tokens.key, "model": fingerprint_checkpoint(checkpoint_dir, weight_files)}
-
-
-def check_cache_model(checkpoint_dir: str, *cache_dirs: Optional[str]) -> None:
-    """Refuse an entropy cache computed by another model than the one in ``checkpoint_dir``, at
-    training start-up: the fingerprint recipes/verify_entropy_cache.py compares
-    (``fingerprint_checkpoint``: config.json and three 1 MiB windows of each weight file,
-    milliseconds; no forward pass) against the one in each cache's manifest. None: a cache
-    the run does not read.
-
-    Raises:
-        CacheMismatchError: one line naming both fingerprints and the fix.
-        CheckpointError: a damaged weight file (an interrupted download), named as such rather
-            than as another model.
-    """
-    from entrodrop.checkpointing import damaged_weights, find_weight_files
-
-    now = None
-    for cache_dir in (d for d in cache_dirs if d is not None):
-        cached = json.loads((Path(cache_dir) / MANIFEST).read_text())["key"]["model"]
-        if now is None:
-            damaged = damaged_weights(Path(checkpoint_dir))
-            if damaged:
-                raise CheckpointError(damaged)
-            now = fingerprint_checkpoint(checkpoint_dir, find_weight_files(Path(checkpoint_dir)))
-        if cached != now:
-            raise CacheMismatchError(
-                f"the entropy cache {cache_dir} was computed by another model (fingerprint {cached}) than "
-                f"checkpointer.checkpoint_dir={checkpoint_dir} (fingerprint {now}): point checkpoint_dir at the model "
-                "that computed it, or re-run recipes/precompute_entropy.py with this one into a new cache_dir "
-                "(recipes/verify_entropy_cache.py names everything that differs)")
 
 
 def sample_table(samples: Sequence[Sequence[int]]) -> np.ndarray:
@@ -241,7 +156,7 @@ class SampleStoreWriter:
         kind (str): ``entropy`` or ``tokens``.
         key (Dict[str, Any]): ``model``, ``tokenizer``, ``corpus`` fingerprints and ``max_seq_len``.
         source (Dict[str, Any]): for a token store, what it was written from, in words
-            (``entrodrop.data.sources``); recorded in the manifest, named when a store differs.
+            (``entrodrop.data.store_plans``); recorded in the manifest, named when a store differs.
         num_samples (int): samples in the corpus.
         samples_per_shard (int): samples in each shard.
         create (bool): write the manifest (one process does; the others pass False and
@@ -337,7 +252,7 @@ class SampleStore:
     Only the sample table is held in memory. A sample is read with one ``pread`` of exactly
     its bytes rather than through ``mmap``: on this kernel a memory-mapped read maps whole
     page-cache folios around each sample into the process, and random access over a 100M-token
-    store grew the resident set by ~570 MB (scripts/bench_loader.py); ``pread`` keeps it flat.
+    store grew the resident set by ~570 MB (benchmarks/bench_loader.py); ``pread`` keeps it flat.
     The shard files are plain ``.npy``, so ``np.load(path, mmap_mode="r")`` works on them too.
 
     Args:
@@ -426,7 +341,7 @@ class SampleStore:
         Shard by shard, in blocks of whole samples of about ``_HASH_BLOCK_TOKENS`` tokens, read
         with plain reads: a memory map would keep every page it touched in the resident set until
         it is closed (see the class docstring), and this way start-up memory stays flat. About
-        2 s per 100M tokens on one core (scripts/bench_loader.py).
+        2 s per 100M tokens on one core (benchmarks/bench_loader.py).
 
         Raises:
             CacheMismatchError: a shard file holds more or fewer tokens than its samples' lengths

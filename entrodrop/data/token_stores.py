@@ -1,12 +1,12 @@
-"""A token store written from a ``StorePlan`` (``entrodrop.data.sources``), by one process or N.
+"""A token store written from a ``StorePlan`` (``entrodrop.data.store_plans``), by one process or N.
 
 The plan's rows, in their order, are cut into blocks of ``samples_per_shard`` rows. Process p of
 N tokenizes blocks p, p + N, ... into part files (``<store_dir>/.parts-<key>/``); after each
 round of N blocks the processes share how many rows and tokens their blocks hold
 (``all_gather``: each row's tokens), so all of them offer the rows to the budget in the same
-order (``sources.Budget``: a row that does not fit what is left is skipped) and stop at the same
+order (``selection.RowBudget``: a row that does not fit what is left is skipped) and stop at the same
 round once it has ended. Then one process lays the samples of the rows the budget took, in block
-order (``sources.rows_within_budget``), into the store's shards (``SampleStoreWriter``), and
+order (``selection.rows_within_budget``), into the store's shards (``SampleStoreWriter``), and
 removes the parts; the log says what the budget took and why it stopped. A record longer than
 ``max_seq_len`` is split or cut there as the plan says, so a block may hold more samples than
 rows, and the shards, of ``samples_per_shard`` samples, do not line up with blocks.
@@ -29,7 +29,8 @@ import numpy as np
 
 from entrodrop.data.corpus import sample_pieces
 from entrodrop.data.sample_store import SampleStoreWriter, sample_table, store_complete
-from entrodrop.data.sources import Budget, StorePlan, rows_within_budget
+from entrodrop.data.selection import RowBudget, rows_within_budget
+from entrodrop.data.store_plans import StorePlan
 from entrodrop.errors import SourceError
 from entrodrop.temp_paths import temp_file
 
@@ -99,7 +100,7 @@ def write_token_store(plan: StorePlan, tokenizer, key: Dict[str, Any], max_seq_l
     barrier()
 
     num_blocks, rows, tokens, shortest = 0, 0, 0, math.inf
-    budget = Budget(plan.max_tokens, plan.max_samples)
+    budget = RowBudget(plan.max_tokens, plan.max_samples)
     blocks = plan.blocks(samples_per_shard)
     while not budget.done:
         round_blocks = list(islice(blocks, world_size))  # every process reads the same rounds

@@ -11,16 +11,25 @@ Samples reach the model in one of two layouts, with the same entropies (to round
 - packed (``packed_sample_entropies``): whole samples laid end to end in rows of a fixed
   length with a block-causal mask and per-document positions, as training packs them
   (``entrodrop.data.loader.pack_rows``), so every batch has one shape and almost no padding.
+
+The cache the precompute writes (recipes/precompute_entropy.py) is keyed by the model that
+computed it; ``check_cache_model`` refuses, at training start-up, a cache of another model.
 """
 
 import bisect
+import json
 import time
+from pathlib import Path
 from typing import Callable, List, Optional, Sequence
 
 import torch
 from torchtune.modules import TransformerDecoder
 
+from entrodrop.checkpointing import damaged_weights, find_weight_files
+from entrodrop.data.fingerprints import fingerprint_checkpoint
 from entrodrop.data.packing import IGNORE_INDEX, TARGET, block_causal_mask, pack_rows
+from entrodrop.data.sample_store import MANIFEST
+from entrodrop.errors import CacheMismatchError, CheckpointError
 from entrodrop.models.head import fp32_logits, layerwise_hidden_states, output_weight
 
 
@@ -38,7 +47,7 @@ def entropy_from_hidden(
 
     and when a new column block raises m to m', s and t are both scaled by exp(m - m').
     Small column blocks stay in cache, which on CPU makes this faster than materializing
-    the chunk's full logits (scripts/bench_entropy.py).
+    the chunk's full logits (benchmarks/bench_entropy.py).
 
     Args:
         hidden (torch.Tensor): ``[n, dim]`` final hidden states.
@@ -277,3 +286,31 @@ class Throughput:
             return line + f"; no steady state: {len(self._tokens)} batches, {self._warmup_batches} of them warm-up"
         warmup, n = self._finished[self._warmup_batches] - self._finished[0], self._warmup_batches
         return f"{line}; steady state {steady:.0f} tokens/s after {n} warm-up batches ({warmup:.1f}s)"
+
+
+def check_cache_model(checkpoint_dir: str, *cache_dirs: Optional[str]) -> None:
+    """Refuse an entropy cache computed by another model than the one in ``checkpoint_dir``, at
+    training start-up: the fingerprint recipes/verify_entropy_cache.py compares
+    (``fingerprint_checkpoint``: config.json and three 1 MiB windows of each weight file,
+    milliseconds; no forward pass) against the one in each cache's manifest. None: a cache
+    the run does not read.
+
+    Raises:
+        CacheMismatchError: one line naming both fingerprints and the fix.
+        CheckpointError: a damaged weight file (an interrupted download), named as such rather
+            than as another model.
+    """
+    now = None
+    for cache_dir in (d for d in cache_dirs if d is not None):
+        cached = json.loads((Path(cache_dir) / MANIFEST).read_text())["key"]["model"]
+        if now is None:
+            damaged = damaged_weights(Path(checkpoint_dir))
+            if damaged:
+                raise CheckpointError(damaged)
+            now = fingerprint_checkpoint(checkpoint_dir, find_weight_files(Path(checkpoint_dir)))
+        if cached != now:
+            raise CacheMismatchError(
+                f"the entropy cache {cache_dir} was computed by another model (fingerprint {cached}) than "
+                f"checkpointer.checkpoint_dir={checkpoint_dir} (fingerprint {now}): point checkpoint_dir at the model "
+                "that computed it, or re-run recipes/precompute_entropy.py with this one into a new cache_dir "
+                "(recipes/verify_entropy_cache.py names everything that differs)")

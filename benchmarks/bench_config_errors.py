@@ -1,6 +1,6 @@
 """How long `tune run` takes to report a config mistake, and what it prints. Prints a table.
 
-    python scripts/bench_config_errors.py [--repeats 3]
+    python benchmarks/bench_config_errors.py [--repeats 3]
 
 Each mistake of issue 23 (an optimizer value, a length above the model's max_seq_len, a missing
 tokenizer file) is given to the tiny training config through the real `tune run`, in a fresh

@@ -1,6 +1,6 @@
-"""The trusted harness of ``entrodrop.eval.code_runner``: it holds the benchmark's tests, never
-runs model-written code, and reaches the program only as remote calls to a sandboxed candidate
-process (``sandbox_child``).
+"""The trusted harness of ``entrodrop.eval.sandbox.code_runner``: it holds the benchmark's
+tests, never runs model-written code, and reaches the program only as remote calls to a
+sandboxed candidate process (``sandbox_child``).
 
 One harness process serves one worker of ``code_runner.run_all``: it reads jobs from the
 evaluation, one JSON line each, and for each starts a fresh candidate (one process a problem,
@@ -47,7 +47,7 @@ import sys
 import sysconfig
 import time
 
-from entrodrop.eval.sandbox_child import RAISABLE, Instance, decode, encode, seccomp_bytes, seccomp_program
+from entrodrop.eval.sandbox.sandbox_child import RAISABLE, Instance, decode, encode, seccomp_bytes, seccomp_program
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_child.py")
 # Shared libraries the interpreter's extension modules load; public files, no project data.

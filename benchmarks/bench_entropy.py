@@ -1,6 +1,6 @@
 """Benchmark the entropy precompute against the work any method must do. Prints a table.
 
-    python scripts/bench_entropy.py [--embed-dim 1024] [--num-samples 32]
+    python benchmarks/bench_entropy.py [--embed-dim 1024] [--num-samples 32]
 
 The model is a Qwen3 with Qwen3's real vocabulary (151,936) and Qwen3-0.6B's width (1024,
 16 x 128 heads, 8 KV heads) but 2 layers, random weights, loaded from a Hugging Face
@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "scripts"))  # make_tiny_assets: the tiny models' shapes and builders
 METHODS = ["floor", "naive", "ours", "packed"]
 
 
@@ -42,10 +43,7 @@ def bench_args(embed_dim: int) -> dict:
 
 
 def write_checkpoint(out: Path, embed_dim: int) -> None:
-    from make_tiny_assets import (  # scripts/ is on sys.path: run as a script
-        init_weights,
-        write_model,
-    )
+    from make_tiny_assets import init_weights, write_model
 
     from entrodrop.models.qwen3._component_builders import qwen3
 

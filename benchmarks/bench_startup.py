@@ -1,6 +1,6 @@
 """How long the tiny training config takes from `tune run` to its first step. Prints a table.
 
-    python scripts/bench_startup.py [--repeats 3] [--repo /tmp/old32 --repo .]
+    python benchmarks/bench_startup.py [--repeats 3] [--repo /tmp/old32 --repo .]
 
 Each run is the real `tune run recipes/entrodrop_single_device.py` on
 configs/tiny/qwen3_entrodrop_single_device.yaml, whose lm-eval task (humaneval_likelihood) is

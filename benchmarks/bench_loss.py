@@ -1,8 +1,8 @@
 """Benchmark the training loss on CPU: forward + backward time and peak memory. Prints a table.
 
-    python scripts/bench_loss.py [--tokens 8192] [--dim 1024] [--vocab 151936] [--repeats 3]
+    python benchmarks/bench_loss.py [--tokens 8192] [--dim 1024] [--vocab 151936] [--repeats 3]
                                  [--chunk-sizes 1024,4096]
-    python scripts/bench_loss.py --device cuda --tokens 32768   # bf16 on a GPU, with liger-kernel's loss
+    python benchmarks/bench_loss.py --device cuda --tokens 32768   # bf16 on a GPU, with liger-kernel's loss
 
 The last step of a Qwen3-0.6B-wide model in fp32: ``--tokens`` hidden states of width ``--dim``
 (2 rows) against a ``--vocab`` x ``--dim`` output weight, labels random with 5% ignored (-100),

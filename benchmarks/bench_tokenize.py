@@ -1,6 +1,6 @@
 """Benchmark recipes/tokenize_corpus.py on a streamed general corpus: tokens/s and peak memory. Prints a table.
 
-    python scripts/bench_tokenize.py [--gigabytes 1.0] [--out outputs/bench_tokenize]
+    python benchmarks/bench_tokenize.py [--gigabytes 1.0] [--out outputs/bench_tokenize]
 
 Builds, once, a JSON-lines corpus of ``--gigabytes`` in Infinity-Instruct's shape (``{"conversations":
 [{"from": "human", "value": ...}, {"from": "gpt", "value": ...}, ...]}``) from the standard

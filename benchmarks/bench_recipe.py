@@ -1,6 +1,6 @@
 """Benchmark the EntroDrop recipe on CPU on the demo and tiny models. Prints a table.
 
-    python scripts/bench_recipe.py [--steps 40] [--repeats 4]
+    python benchmarks/bench_recipe.py [--steps 40] [--repeats 4]
 
 Three comparisons, each run through the real `tune run`, interleaved ``--repeats`` times (in
 reverse order every other time), the median of the per-step figures after 5 warm-up steps:
@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "scripts"))  # make_tiny_assets: the tiny models' shapes and builders
 TUNE = str(Path(sys.executable).parent / "tune")
 SLOTS = 8 * 256
 

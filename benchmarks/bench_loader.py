@@ -1,6 +1,6 @@
 """Benchmark the training loader: tokens/s on one worker and resident memory. Prints a table.
 
-    python scripts/bench_loader.py [--steps 400]
+    python benchmarks/bench_loader.py [--steps 400]
 
 Builds a target token store + entropy cache of 1M and of 100M tokens (sample lengths uniform
 in [32, 1024], random ids and entropies) and one 20M-token general store, then, each in a
@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "scripts"))  # make_tiny_assets: the tiny models' shapes and builders
 SIZES = {"1M": 1_000_000, "100M": 100_000_000}
 VOCAB = 2112
 
