@@ -252,6 +252,46 @@ def test_the_local_humaneval_task_runs_offline(tiny, shipped_tasks, monkeypatch)
                         {"humaneval_likelihood": "logprob_per_char,none"}) == {"code": score}
 
 
+def test_an_evaluation_does_not_collect_the_environment(tiny, shipped_tasks, monkeypatch):
+    """lm-eval's simple_evaluate ends with the environment (torch's collect_env, which runs `pip
+    list`: about 0.9 s of each evaluation on a CPU); the Evaluator scores the tasks without it and
+    keeps what evaluate gives: results, task configs, versions, n-shot, higher_is_better."""
+    import lm_eval.evaluator
+    import torch.utils.collect_env
+    from omegaconf import OmegaConf
+
+    from entrodrop.eval import evaluator
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+    def add_env_info(results):
+        raise AssertionError("the evaluation collected the environment")
+
+    collected = []  # add_env_info turns an exception of collect_env into text: the calls are counted
+    monkeypatch.setattr(lm_eval.evaluator, "add_env_info", add_env_info)
+    monkeypatch.setattr(torch.utils.collect_env, "get_pretty_env_info", lambda: collected.append(1) or "")
+    evaluate_tasks, outs = evaluator.evaluate_tasks, []
+
+    def kept(*args, **kwargs):  # what lm-eval gave, beside the record made of it
+        outs.append(evaluate_tasks(*args, **kwargs))
+        return outs[-1]
+
+    monkeypatch.setattr(evaluator, "evaluate_tasks", kept)
+    model, tokenizer = tiny
+    lm = TorchtuneLM(model, tokenizer, torch.device("cpu"), max_seq_len=512, batch_size=4)
+    cfg = OmegaConf.create({"tasks": {"code": ["humaneval_likelihood"]}, "limit": 2,
+                            "metrics": {"humaneval_likelihood": "logprob_per_char,none"}, "allow_code_execution": False,
+                            "apply_chat_template": False, "system_instruction": None, "enable_thinking": None})
+    record = Evaluator(model, torch.device("cpu"), None, 16, 2, lm, shipped_tasks, cfg)(1, 1.0, "step_1")
+    assert record["tasks"]["humaneval_likelihood"]["sample_len"] == 2 and record["groups"]["code"] < 0
+    assert not collected
+    (out,) = outs
+    assert out["configs"]["humaneval_likelihood"]["num_fewshot"] == 0 and out["n-shot"] == {"humaneval_likelihood": 0}
+    assert out["higher_is_better"]["humaneval_likelihood"] == {"logprob_per_char": True}
+    assert "humaneval_likelihood" in out["versions"] and "pretty_env_info" not in out
+
+
 def test_a_task_score_is_the_metric_named_never_the_first_one():
     result = {"alias": "gsm8k", "exact_match,strict-match": 0.1, "exact_match_stderr,strict-match": 0.01,
               "exact_match,flexible-extract": 0.6}

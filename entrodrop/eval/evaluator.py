@@ -3,9 +3,11 @@
 
 import contextlib
 import os
+import random
 import sys
-from typing import Dict
+from typing import Dict, List, Optional
 
+import numpy as np
 import torch
 
 from entrodrop.data.loader import check_join
@@ -15,6 +17,43 @@ from entrodrop.eval.validation import (
     validation_batches,
     validation_losses,
 )
+
+
+def evaluate_tasks(lm, tasks: List[str], task_manager, verbosity: str = "WARNING", **kwargs) -> Optional[Dict]:
+    """lm-eval's ``simple_evaluate`` for a model already built, without what it adds once the
+    tasks are scored: the environment (torch's ``collect_env``, which runs ``pip list``: about
+    0.9 s of each evaluation on a CPU), the git hash and the tokenizer's details. What it does
+    before is done the same way: its seeds, each task's n-shot (0 where the task names none) and
+    few-shot seed; the results, task configs, versions, n-shot and higher_is_better are
+    ``evaluate``'s own, as they were.
+
+    Args:
+        lm: an lm-eval model.
+        tasks (List[str]): task and group names.
+        task_manager: lm-eval's ``TaskManager``.
+        verbosity (str): the level of lm-eval's logger.
+        **kwargs: the rest of ``lm_eval.evaluator.evaluate``'s arguments (``limit``,
+            ``log_samples``, ``confirm_run_unsafe_code``, ``apply_chat_template``...).
+
+    Returns:
+        Optional[Dict]: lm-eval's results on local rank 0 (every rank's ``TorchtuneLM`` is lm-eval's
+        rank 0), else None.
+    """
+    from lm_eval.defaults import DEFAULT_OTHER_SEED, DEFAULT_RANDOM_SEED
+    from lm_eval.evaluator import evaluate
+    from lm_eval.utils import set_torch_seed, setup_logging
+
+    setup_logging(verbosity)
+    random.seed(DEFAULT_RANDOM_SEED)
+    np.random.seed(DEFAULT_OTHER_SEED)
+    set_torch_seed(DEFAULT_OTHER_SEED)
+    loaded = task_manager.load(tasks)
+    for task in loaded["tasks"].values():
+        if task.get_config("num_fewshot") is None:
+            task.set_config(key="num_fewshot", value=0)
+        task.set_fewshot_seed(seed=DEFAULT_OTHER_SEED)
+    results = evaluate(lm=lm, task_dict=loaded, fewshot_as_multiturn=True, **kwargs)
+    return results if int(os.environ.get("LOCAL_RANK", "0")) == 0 else None
 
 
 class Evaluator:
@@ -73,19 +112,17 @@ class Evaluator:
                                              self._world_size)
                 record["val_loss"] = validation_losses(self._model, batches, self._device, self._world_size > 1)
             if self.lm:
-                import lm_eval
-
                 tasks = [t for ts in self._task_groups.values() for t in ts]
                 # lm-eval sees one process on every rank (see TorchtuneLM), so each would print its
                 # warnings and progress bars: only rank 0 does. Errors still show on every rank.
                 quiet = open(os.devnull, "w") if self._rank else contextlib.nullcontext()
                 with quiet, contextlib.redirect_stderr(quiet if self._rank else sys.stderr):
-                    out = lm_eval.simple_evaluate(
-                        model=self.lm, tasks=tasks, task_manager=self._task_manager, limit=self._cfg.limit,
+                    out = evaluate_tasks(
+                        self.lm, tasks, self._task_manager, limit=self._cfg.limit,
                         confirm_run_unsafe_code=self._cfg.allow_code_execution, log_samples=False,
                         apply_chat_template=self._cfg.apply_chat_template, system_instruction=self._cfg.system_instruction,
                         verbosity="ERROR" if self._rank else "WARNING")
-                if out is not None:  # lm-eval returns the results on local rank 0 only
+                if out is not None:  # the results on local rank 0 only, as lm-eval's simple_evaluate
                     record["tasks"] = {t: out["results"][t] for t in tasks}
                     record["groups"] = group_scores(out["results"], self._task_groups, self._metrics)
                     record["metrics"] = group_metrics(self._task_groups, self._metrics)
