@@ -17,7 +17,7 @@ GPU_INSTALLED := $(VENV)/.installed-gpu
 ASSETS := assets/tiny/.built
 LIBRARY := $(wildcard entrodrop/*.py entrodrop/*/*.py)
 
-.PHONY: install assets test test-fast lint test-gpu gpu-check demo reproduce clean
+.PHONY: install assets test test-fast lint test-gpu gpu-check demo reproduce clean compare-install
 
 install: $(INSTALLED)
 
@@ -44,6 +44,11 @@ test-fast: $(ASSETS)
 # ruff, as configured in pyproject.toml (tests/test_lint.py runs the same check in the unit tier).
 lint: $(INSTALLED)
 	$(VENV)/bin/ruff check .
+
+# OpenCompass 0.5.4's scoring code, for scripts/compare_opencompass.py: into $(VENV), --no-deps with
+# the packages its modules import pinned, failing if any installed package would change.
+compare-install:
+	VENV=$(VENV) bash scripts/install_opencompass.sh
 
 # liger-kernel (the `gpu` extra) for the loss tests of `impl: liger`.
 $(GPU_INSTALLED): $(INSTALLED)
