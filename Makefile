@@ -55,7 +55,7 @@ $(GPU_INSTALLED): $(INSTALLED)
 	$(PY) -m pip install --quiet --disable-pip-version-check "torch==$(TORCH_VERSION)" -e ".[dev,gpu]"
 	touch $@
 
-# The tests marked `gpu` (tests/test_gpu_*.py); `make test` skips them without a GPU.
+# The tests marked `gpu` (tests/test_gpu_kernels.py, tests/recipes/test_gpu_recipes.py); `make test` skips them without a GPU.
 test-gpu: $(ASSETS) $(GPU_INSTALLED)
 	@$(PY) -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else \
 	  f'make test-gpu: torch {torch.__version__} sees no CUDA GPU (its CUDA build: {torch.version.cuda}); it needs one, and a CUDA build of torch')"

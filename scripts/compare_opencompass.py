@@ -1,7 +1,7 @@
 """How many graded replies the project's scorers and OpenCompass's agree with a person on.
 
     make compare-install    # once: OpenCompass 0.5.4 into .venv (scripts/install_opencompass.sh)
-    HF_ALLOW_CODE_EVAL=1 .venv/bin/python scripts/compare_opencompass.py [tests/data/replies.jsonl] [--cases]
+    HF_ALLOW_CODE_EVAL=1 .venv/bin/python scripts/compare_opencompass.py [tests/assets/replies.jsonl] [--cases]
 
 Prints a Markdown table, per benchmark: the cases, how many the project's verdicts agree with the
 person's, how many OpenCompass's do; with ``--cases``, every case where either differs. The code
@@ -220,7 +220,7 @@ def opencompass_verdicts(cases: list, task_class) -> list:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("replies", nargs="?", type=Path, default=REPO / "tests" / "data" / "replies.jsonl")
+    parser.add_argument("replies", nargs="?", type=Path, default=REPO / "tests" / "assets" / "replies.jsonl")
     parser.add_argument("--cases", action="store_true", help="list every case where a scorer differs from the person")
     args = parser.parse_args()
     task_class = import_opencompass()

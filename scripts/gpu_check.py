@@ -8,7 +8,7 @@ output (logs.tar.gz): three files, as a device call brings back at most eight.
 
 Stages, in order, with their caps (seconds; 480 in all, so the check with its set-up fits 9 minutes):
 
-    suite       pytest -m gpu -n 0 (tests/test_gpu_*.py), each test's time as it ends     180
+    suite       pytest -m gpu -n 0 (tests/**/test_gpu_*.py), each test's time as it ends  180
     bench_gpu   benchmarks/bench_gpu.py --quick: precompute, training off/static/loss     180
     generate    benchmarks/bench_generate.py --device cuda --quick: batches 32 and 128     90
     loss        benchmarks/bench_loss.py --device cuda at 8,192 tokens                     30
@@ -122,7 +122,7 @@ def default_stages(work: Path) -> List[Stage]:
     return [
         Stage("suite", [PYTHON, "-m", "pytest", "-m", "gpu", "-n", "0", "-v", "--durations=0",
                         "-o", "console_output_style=times", "-p", "no:cacheprovider"], 180,
-              "the GPU tests (tests/test_gpu_*.py)", parse=pytest_results),
+              "the GPU tests (tests/**/test_gpu_*.py)", parse=pytest_results),
         Stage("bench_gpu", [PYTHON, "benchmarks/bench_gpu.py", "--quick", "--out", str(work / "bench_gpu")], 180,
               "Qwen3-0.6B: precompute, then training with EntroDrop off, static, and signal: loss",
               logs=work / "bench_gpu"),

@@ -261,7 +261,7 @@ def test_compiled_decode_gives_eager_decodes_and_transformers_greedy_tokens(gpu,
     Only CUDA can fail this way: on an H100 the compiled step once raised "accessing tensor
     output of CUDAGraphs that has been overwritten by a subsequent run" (its output, fed back
     as the next input, was overwritten by the next replay). The CPU compiles without CUDA
-    graphs, so GPU_TESTS_ON_CPU=1 and tests/test_evaluation.py cannot see that failure."""
+    graphs, so GPU_TESTS_ON_CPU=1 and tests/eval/test_adapter.py cannot see that failure."""
     transformers = pytest.importorskip("transformers")
     model, tokenizer = tiny
     reference = transformers.AutoModelForCausalLM.from_pretrained(tiny_assets / "qwen3", torch_dtype=torch.float32)

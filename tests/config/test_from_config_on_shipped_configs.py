@@ -6,11 +6,11 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import REPO
 from omegaconf import OmegaConf
 
 from entrodrop.method.dropout import AUTO, TokenDropout
 
-REPO = Path(__file__).resolve().parent.parent
 CONFIGS = sorted((REPO / "configs").rglob("*.yaml"))
 TRAINING_CONFIGS = [p for p in CONFIGS if "token_dropout" in OmegaConf.load(p)]
 LM_EVAL_CONFIGS = [p for p in CONFIGS if "lm_eval" in OmegaConf.load(p).get("evaluation", {})]

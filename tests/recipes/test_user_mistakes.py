@@ -3,7 +3,7 @@
 is a file or cannot be written, a config that is not YAML, a command-line value that is not, a
 missing optional package, a copied recipe without ``__init__.py``; and an entropy cache of
 another model is refused at training start-up as recipes/verify_entropy_cache.py refuses it.
-(An empty or unreadable ``datasets`` file: tests/test_sources.py.)"""
+(An empty or unreadable ``datasets`` file: tests/data/test_sources.py.)"""
 
 import importlib.util
 import os

@@ -1,40 +1,25 @@
-"""The lm-eval adapter against direct computation, a local task offline, entropy buckets on a
-constructed example, and the report from recorded logs."""
+"""The lm-eval adapter (entrodrop.eval.adapter) against direct computation: loglikelihood, greedy
+generation with its stop rules, compiled decode, chat templates, two processes generating as one;
+and lm-eval through it (entrodrop.eval.evaluator): a local task offline, no environment collected."""
 
 import json
-import math
 import os
 
 import lm_eval
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from lm_eval.api.instance import Instance
 
 from entrodrop.checkpointing import HFCheckpointer
-from entrodrop.data.packing import IGNORE_INDEX
 from entrodrop.eval.adapter import TorchtuneLM, chat_prompt_ids, end_token_ids
 from entrodrop.eval.evaluator import Evaluator
 from entrodrop.eval.records import (
-    PLAIN_PROMPTS,
-    already_scored,
     group_scores,
-    most_complete,
-    record_evaluation,
     task_score,
-)
-from entrodrop.eval.validation import (
-    HIGH,
-    LOW,
-    bucket_loss_sums,
-    entropy_buckets,
-    validation_batches,
 )
 from entrodrop.models.qwen3._component_builders import qwen3
 from entrodrop.models.qwen3._model_builders import qwen3_tokenizer
-from entrodrop.report import read_run, write_report
-from entrodrop.train.cadence import evaluation_due
 
 
 @pytest.fixture(scope="module")
@@ -292,271 +277,38 @@ def test_an_evaluation_does_not_collect_the_environment(tiny, shipped_tasks, mon
     assert "humaneval_likelihood" in out["versions"] and "pretty_env_info" not in out
 
 
-def test_a_task_score_is_the_metric_named_never_the_first_one():
-    result = {"alias": "gsm8k", "exact_match,strict-match": 0.1, "exact_match_stderr,strict-match": 0.01,
-              "exact_match,flexible-extract": 0.6}
-    assert task_score(result, "exact_match,flexible-extract") == 0.6
-    with pytest.raises(ValueError, match=r"no metric 'exact_match,none'; it has \['exact_match,flexible-extract', "
-                                         r"'exact_match,strict-match'\]"):
-        task_score(result, "exact_match,none")
-    results = {"a": {"acc,none": 0.2, "acc_norm,none": 0.4}, "b": {"acc,none": 0.6, "acc_norm,none": 0.0}}
-    assert group_scores(results, {"g": ["a", "b"]}, {"a": "acc_norm,none", "b": "acc,none"}) == {"g": 0.5}
 
 
-def test_averages_of_other_metrics_or_tasks_are_never_compared(tmp_path):
-    """Offline scores of one metric, then of another (a config changed): only the newest kind
-    competes; older records without metrics count as their own kind."""
-    def record(step, score, metric, tasks=("t",)):
-        return {"step": step, "target_epoch": step / 10, "checkpoint": f"run/step_{step}", "limit": None,
-                "tasks": {t: {} for t in tasks}, "groups": {"math": score},
-                "metrics": {"math": {t: metric for t in tasks}} if metric else {}}
-    old = record(10, 0.9, None)  # written before metrics were recorded: its tasks' first metric
-    strict = [record(10, 0.8, "exact_match,strict-match"), record(20, 0.2, "exact_match,strict-match")]
-    flexible = [record(10, 0.3, "exact_match,flexible-extract"), record(20, 0.4, "exact_match,flexible-extract")]
-    assert most_complete([old] + strict, "math") == strict
-    assert most_complete(strict + flexible, "math") == flexible
-    assert most_complete(flexible + [record(30, 0.9, "exact_match,flexible-extract", ("t", "u"))], "math")[0]["step"] == 30
-    for r in [old] + strict + flexible:
-        summary = record_evaluation(tmp_path, r, "math")
-    assert summary["best_checkpoint"]["path"] == "run/step_20"  # 0.4, not strict-match's 0.8 nor the old 0.9
-    assert summary["best_checkpoint"]["metrics"] == {"t": "exact_match,flexible-extract"}
-    # A checkpoint scored with other metrics or prompts is scored again.
-    scoring = {"metrics": {"t": "exact_match,flexible-extract"}, "prompt_format": PLAIN_PROMPTS}
-    assert already_scored(flexible, "run/step_20", ["t"], None, False, scoring=scoring)
-    assert not already_scored(strict, "run/step_20", ["t"], None, False, scoring=scoring)
-    chat = {**scoring, "prompt_format": {"apply_chat_template": True, "system_instruction": None}}
-    assert not already_scored(flexible, "run/step_20", ["t"], None, False, scoring=chat)
 
 
-class FixedLogits(torch.nn.Module):
-    """A stand-in model whose logits give each position a chosen loss."""
-
-    def __init__(self, logits):
-        super().__init__()
-        self.logits = logits
-
-    def forward(self, tokens, mask=None, input_pos=None):
-        return self.logits
 
 
-def test_bucket_losses_on_a_constructed_example():
-    # One row: a document of 6 tokens, then padding. Position t predicts token t + 1 with loss
-    # losses[t]; the entropies are those of the input tokens.
-    vocab, losses = 4, torch.tensor([0.1, 0.2, 0.3, 0.4, 0.5])
-    labels = torch.tensor([[1, 2, 3, 0, 1, IGNORE_INDEX, IGNORE_INDEX, IGNORE_INDEX]])
-    logits = torch.zeros(1, 8, vocab)
-    for t, loss in enumerate(losses):
-        # log softmax at the label = -loss: put mass p = exp(-loss) there, spread the rest
-        p = math.exp(-loss)
-        logits[0, t] = math.log((1 - p) / (vocab - 1))
-        logits[0, t, labels[0, t]] = math.log(p)
-    # The input tokens' bucket flags (entropy_buckets): tokens 1 and 3 are low, 2 and 4 high,
-    # token 5 neither; token 0 and the padding have no entropy.
-    bucket = torch.tensor([[0, LOW, HIGH, LOW, HIGH, 0, 0, 0]], dtype=torch.uint8)
-    batch = {"tokens": torch.zeros(1, 8, dtype=torch.long), "labels": labels, "bucket": bucket,
-             "document_ids": torch.tensor([[0] * 6 + [-1] * 2]), "input_pos": torch.arange(8).unsqueeze(0)}
-    sums = bucket_loss_sums(FixedLogits(logits), batch, device=torch.device("cpu"))
-    # Position t predicts token t + 1: low are positions 0 and 2, high positions 1 and 3.
-    expected = [losses.sum(), 5, losses[[0, 2]].sum(), 2, losses[[1, 3]].sum(), 2]
-    torch.testing.assert_close(sums.float(), torch.tensor(expected, dtype=torch.float32), atol=1e-5, rtol=0)
 
 
-def test_bucket_losses_are_the_same_from_chunks_of_logits():
-    # Two rows, logits in 4 chunks along the sequence (torchtune's chunked output): each loss
-    # must meet its own token's label and entropy, as with the whole logits.
-    gen = torch.Generator().manual_seed(0)
-    logits = torch.randn(2, 8, 5, generator=gen)
-    labels = torch.randint(0, 5, (2, 8), generator=gen)
-    labels[1, 6:] = IGNORE_INDEX
-    bucket = torch.randint(0, 4, (2, 8), generator=gen, dtype=torch.uint8)  # some tokens in both buckets
-    bucket[:, 0] = 0
-    batch = {"tokens": torch.zeros(2, 8, dtype=torch.long), "labels": labels, "bucket": bucket,
-             "document_ids": torch.tensor([[0] * 8, [0] * 6 + [-1] * 2]), "input_pos": torch.arange(8).repeat(2, 1)}
-    whole = bucket_loss_sums(FixedLogits(logits), batch, device=torch.device("cpu"))
-    chunked = bucket_loss_sums(FixedLogits(list(logits.chunk(4, dim=1))), batch, device=torch.device("cpu"))
-    torch.testing.assert_close(chunked, whole)
-    assert whole[1] == 14  # every labelled token counted once
 
 
-def two_valued_validation(root):
-    """A held-out token store and its entropy cache whose entropies take two fp16 values, 2 of
-    every 9 tokens the higher one, as on the tiny models: the "high 25%" share ends inside the
-    lower value's tokens, and the "low 50%" share too. Samples of various lengths, one empty."""
-    from entrodrop.data.sample_store import sample_table, write_store
-
-    rng = np.random.default_rng(0)
-    lengths = [9, 0, 14, 5, 16, 11, 7, 12, 3, 16]
-    samples = [rng.integers(0, 32, n).astype(np.int32) for n in lengths]
-    counter = iter(range(sum(lengths)))
-    entropies = [np.array([np.nan] + [2.0 if next(counter) % 9 in (2, 7) else 0.5 for _ in range(n - 1)],
-                          np.float16) if n else np.zeros(0, np.float16) for n in lengths]
-    key = {"model": None, "tokenizer": "tiny", "corpus": "held_out", "max_seq_len": 16}
-    tokens = write_store(str(root / "tokens"), "tokens", key, samples, sample_table(samples), 4)
-    entropy = write_store(str(root / "entropy"), "entropy", {**key, "model": "m"}, entropies, sample_table(samples), 4)
-    return tokens, entropy
 
 
-def hand_buckets(entropy):
-    """(low, high): the (sample, position) of each bucket's tokens, by the rule spelled out for
-    two values a < b: low is the first floor(N / 2) a-tokens in store order; high every b-token,
-    then the last a-tokens in store order up to floor(N / 4)."""
-    order = [(i, p) for i in range(len(entropy)) for p in range(len(entropy[i])) if not np.isnan(entropy[i][p])]
-    a, b = sorted({float(entropy[i][p]) for i, p in order})
-    lower = [t for t in order if entropy[t[0]][t[1]] == a]
-    higher = [t for t in order if entropy[t[0]][t[1]] == b]
-    n = len(order)
-    assert len(lower) > n // 2 and 0 < len(higher) < n // 4  # the ties straddle both shares
-    return set(lower[: n // 2]), set(higher + lower[len(lower) - (n // 4 - len(higher)):])
 
 
-def test_entropy_buckets_are_exact_shares_with_ties_by_position(tmp_path):
-    """Two entropy values, as on the tiny models: H >= quantile put every token in the high 25%
-    and 78% in the low 50%. The buckets hold exactly floor(N / 2) and floor(N / 4) tokens of one
-    order (entropy, then place in the store: sample, then position), the gate's, and never share one."""
-    _, entropy = two_valued_validation(tmp_path)
-    values = [entropy[i] for i in range(len(entropy))]
-    flags = entropy_buckets(values)
-    assert [f.shape for f in flags] == [v.shape for v in values] and all(f.dtype == np.uint8 for f in flags)
-    low, high = hand_buckets(values)
-    assert {(i, p) for i, f in enumerate(flags) for p in np.flatnonzero(f == LOW)} == low
-    assert {(i, p) for i, f in enumerate(flags) for p in np.flatnonzero(f == HIGH)} == high
-    assert not low & high
-    n = sum(int((~np.isnan(v)).sum()) for v in values)
-    assert (len(low), len(high)) == (n // 2, n // 4)
-    assert all(f[0] == 0 for f in flags if len(f))  # a sample's first token has no entropy, no bucket
 
 
-class TokenTable(torch.nn.Module):
-    """A stand-in model whose logits at a position depend on that input token alone."""
-
-    def __init__(self, table):
-        super().__init__()
-        self.table = table
-
-    def forward(self, tokens, mask=None, input_pos=None):
-        return self.table[tokens]
 
 
-def test_validation_losses_by_bucket_are_a_hand_computation_on_one_rank_or_two(tmp_path):
-    """The Evaluator's all / low / high losses are the mean losses of the tokens each bucket
-    holds, computed by hand: on the old thresholds, high equalled all here. Two ranks' rows,
-    summed, count every token once: exactly N, floor(N / 2) and floor(N / 4)."""
-    from omegaconf import OmegaConf
-
-    tokens, entropy = two_valued_validation(tmp_path)
-    table = torch.randn(32, 32, generator=torch.Generator().manual_seed(0))
-    model = TokenTable(table)
-    # Position p - 1 predicts token p of its sample.
-    logp = F.log_softmax(table, -1)
-    loss = {(i, p): -logp[tokens[i][p - 1], tokens[i][p]].item()
-            for i in range(len(tokens)) for p in range(1, len(tokens[i]))}
-    low, high = hand_buckets([entropy[i] for i in range(len(entropy))])
-    expected = {name: sum(loss[t] for t in ts) / len(ts) for name, ts in [("all", loss), ("low", low), ("high", high)]}
-    assert expected["high"] != pytest.approx(expected["all"], rel=1e-3)
-    cfg = OmegaConf.create({"tasks": {}, "metrics": {}, "limit": None})
-    evaluator = Evaluator(model, torch.device("cpu"), (tokens, entropy), 16, 2, None, None, cfg)
-    record = evaluator(step=3, target_epoch=1.0, checkpoint="step_3")
-    assert record["val_loss"] == pytest.approx(expected, rel=1e-6)
-
-    flags = entropy_buckets([entropy[i] for i in range(len(entropy))])
-    sums = [sum(bucket_loss_sums(model, batch, torch.device("cpu"))
-                for batch in validation_batches(tokens, entropy, flags, 16, 2, rank, 2)) for rank in (0, 1)]
-    assert all(s[1] > 0 for s in sums)  # both ranks had rows
-    totals = sums[0] + sums[1]
-    assert totals[1::2].tolist() == [len(loss), len(loss) // 2, len(loss) // 4]
-    means = (totals[0::2] / totals[1::2]).tolist()
-    assert means == pytest.approx([expected[k] for k in ("all", "low", "high")], rel=1e-6)
 
 
-def due_steps(every_n_steps, every_n_epochs, num_steps=30):
-    """The steps a 30-step run evaluates after, its target epoch growing 0.3 a step (9 epochs)."""
-    def epoch(step):
-        return step * 3 / 10  # exact at whole epochs: 10 / 10, 20 * 3 / 10...
-
-    return [s for s in range(1, num_steps + 1)
-            if evaluation_due(s, num_steps, epoch(s - 1), epoch(s), every_n_steps, every_n_epochs)]
 
 
-def test_evaluation_is_due_at_each_crossed_multiple_of_every_n_epochs_and_the_last_step():
-    # Epoch 1 is crossed at step 4 (1.2), 2 at 7 (2.1), 3 at 10 (3.0 exactly), 4 at 14 (4.2)...
-    assert due_steps(None, 1) == [4, 7, 10, 14, 17, 20, 24, 27, 30]
-    assert due_steps(None, 2) == [7, 14, 20, 27, 30]  # epochs 2, 4, 6, 8, then the last step
-    assert due_steps(None, 4) == [14, 27, 30]
-    assert due_steps(None, None) == [30]
 
 
-def test_evaluation_is_due_every_n_steps_alone_or_with_epochs():
-    assert due_steps(8, None) == [8, 16, 24, 30]
-    assert due_steps(25, 4) == [14, 25, 27, 30]
-    assert due_steps(1, None) == list(range(1, 31))
 
 
-def test_summary_picks_the_best_checkpoint_by_the_target_group(tmp_path):
-    records = [
-        {"step": 10, "target_epoch": 1.0, "checkpoint": "c10", "val_loss": {"all": 2.0, "low": 1, "high": 3},
-         "groups": {"code": 0.2, "general": 0.9}},
-        {"step": 20, "target_epoch": 2.0, "checkpoint": "c20", "val_loss": {"all": 1.5, "low": 1, "high": 3},
-         "groups": {"code": 0.1, "general": 0.5}},
-        {"step": 30, "target_epoch": 3.0, "checkpoint": "c30", "val_loss": {"all": 1.8, "low": 1, "high": 3},
-         "groups": {"code": 0.4, "general": 0.1}},
-    ]
-    for record in records:
-        summary = record_evaluation(tmp_path, record, "code")
-    assert summary["best_checkpoint"]["path"] == "c30" and summary["best_checkpoint"]["by"] == "code average"
-    assert (summary["best_epoch"], summary["min_val_loss"]) == (2.0, 1.5)
-    assert json.loads((tmp_path / "summary.json").read_text()) == summary
-    assert not list(tmp_path.glob("*.partial"))
-    for record in records:  # no task ran: the best checkpoint is the one with the lowest loss
-        summary = record_evaluation(tmp_path / "loss_only", {k: v for k, v in record.items() if k != "groups"}, "code")
-    assert summary["best_checkpoint"] == {"by": "validation loss", "score": 1.5, "step": 20, "target_epoch": 2.0,
-                                          "path": "c20"}
 
 
-def test_scores_on_every_document_outrank_subset_scores(tmp_path):
-    """Training scores a limited subset; the offline evaluation scores everything, into the same file."""
-    subset = [{"step": s, "target_epoch": s / 10, "checkpoint": f"run/step_{s}", "limit": 16,
-               "tasks": {"t": {}}, "groups": {"code": g}} for s, g in [(10, 0.9), (20, 0.3)]]
-    full = [{**r, "limit": None, "groups": {"code": g}} for r, g in zip(subset, [0.4, 0.5])]
-    assert most_complete(subset, "code") == subset
-    assert most_complete(subset + full, "code") == full
-    assert most_complete([{**subset[0], "limit": 64}] + subset, "code") == [{**subset[0], "limit": 64}]
-    for record in subset + full:
-        summary = record_evaluation(tmp_path, record, "code")
-    assert (summary["best_checkpoint"]["step"], summary["best_checkpoint"]["limit"]) == (20, None)
-    assert already_scored(full, "/moved/run/step_20", ["t"], None, validation=False)
-    assert not already_scored(full, "run/step_20", ["t", "u"], None, validation=False)  # another task
-    assert not already_scored(full, "run/step_20", ["t"], 16, validation=False)  # another limit
-    assert not already_scored(full, "run/step_20", ["t"], None, validation=True)  # no validation loss
-    assert not already_scored(full, "run/step_30", ["t"], None, validation=False)
 
 
-def write_fake_run(root, name, gamma_max, val_losses):
-    run = root / name
-    (run / "logs").mkdir(parents=True)
-    lines = [f"Step {s} | loss:{3 - s / 100} gamma_max:{gamma_max * s / 40} gamma:{gamma_max * s / 80} "
-             f"target_epoch:{s / 10}" for s in range(1, 41)]
-    (run / "logs" / "log_1.txt").write_text("\n".join(lines) + "\n")
-    for epoch, loss in enumerate(val_losses, start=1):
-        record_evaluation(run / "eval", {"step": epoch * 10, "target_epoch": float(epoch), "checkpoint": f"step_{epoch * 10}",
-                                         "val_loss": {"all": loss, "low": loss / 2, "high": loss * 2},
-                                         "groups": {"code": -loss}}, "code")
-    return run
 
 
-def test_report_writes_plots_table_and_proposes_the_midpoint(tmp_path):
-    baseline = write_fake_run(tmp_path, "baseline", 0.0, [2.0, 1.6, 1.7, 1.9])
-    entrodrop = write_fake_run(tmp_path, "entrodrop", 0.1, [2.0, 1.7, 1.5, 1.55])
-    written = write_report([read_run(baseline), read_run(entrodrop)], tmp_path / "report", "code", "baseline")
-    for f in written["files"]:
-        assert (tmp_path / "report" / f.split("/")[-1]).stat().st_size > 1000 or f.endswith(".md")
-    table = (tmp_path / "report" / "table.md").read_text()
-    assert "| baseline | -1.600 | all | 2.00 | 1.6000 |" in table
-    assert "| entrodrop | -1.500 | all | 3.00 | 1.5000 |" in table
-    assert {k: written["midpoint"][k] for k in ("run", "midpoint_epochs", "midpoint_steps")} == \
-        {"run": "baseline", "midpoint_epochs": 2.0, "midpoint_steps": 20}
-    assert "token_dropout.midpoint: 2.00" in table
-    png = (tmp_path / "report" / "val_loss_by_entropy.png").read_bytes()
-    assert png[:8] == b"\x89PNG\r\n\x1a\n" and np.frombuffer(png, np.uint8).size > 10_000
 
 
 def _generate_on_rank(rank: int, init_file: str, model_args: dict, assets: str, prompts: list, out_file: str) -> None:

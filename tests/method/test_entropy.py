@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import REPO
 from omegaconf import DictConfig, OmegaConf
 from torchtune.models.llama3_1 import llama3_1
 
@@ -29,7 +30,6 @@ from entrodrop.models.head import output_weight
 from entrodrop.models.qwen3._component_builders import qwen3
 from entrodrop.models.qwen3._model_builders import qwen3_tokenizer
 
-REPO = Path(__file__).resolve().parent.parent
 TINY_CONFIG = REPO / "configs/tiny/qwen3_precompute_entropy.yaml"
 
 

@@ -1,6 +1,6 @@
 """The sandbox that runs model-written code (entrodrop.eval.sandbox): correct programs of each
 benchmark's format pass, hostile ones fail and leave the machine as it was. The escapes, one
-hostile program each, are in test_sandbox_hostile.py."""
+hostile program each, are in test_hostile_programs.py."""
 
 import json
 import os

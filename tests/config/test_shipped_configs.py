@@ -10,11 +10,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import TUNE, _load_script
+from conftest import (
+    REPO,
+    TUNE,
+    _load_script,
+)
 from omegaconf import OmegaConf
 from torchtune import config
 
-REPO = Path(__file__).resolve().parent.parent
 CONFIGS = sorted((REPO / "configs").rglob("*.yaml"))
 LAUNCH = re.compile(r"tune run (?:--nproc_per_node \d+ )?(recipes/\w+\.py) --config (\S+)")
 

@@ -1,8 +1,8 @@
 """Config checks: every missing, unknown and invalid key in one error; resume differences."""
 
-from pathlib import Path
 
 import pytest
+from conftest import REPO
 from omegaconf import OmegaConf
 
 from entrodrop.config import schemas
@@ -10,7 +10,6 @@ from entrodrop.config.check import check_config
 from entrodrop.errors import ConfigError
 from entrodrop.train.run_dir import differences, plain
 
-REPO = Path(__file__).resolve().parent.parent
 TINY_TRAINING = REPO / "configs/tiny/qwen3_entrodrop_single_device.yaml"
 
 

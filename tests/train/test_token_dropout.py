@@ -1,5 +1,5 @@
 """TokenDropoutRun (entrodrop.train.token_dropout): the recipes' one owner of EntroDrop's run
-state. The masks, the gate and the schedule have their tests in test_method.py; the recipes'
+state. The masks, the gate and the schedule have their tests in test_dropout.py; the recipes'
 resume tests show the run state surviving a kill. These show what the object adds: the
 perturbation exists only inside a micro-batch, and its state keeps the recipe-state keys."""
 

@@ -1,6 +1,6 @@
 """The project's scorers against a person's verdicts on model-style replies, all nine benchmarks.
 
-``tests/data/replies.jsonl`` holds replies written the way base and chat models answer (code in
+``tests/assets/replies.jsonl`` holds replies written the way base and chat models answer (code in
 a fence after a sentence, a body alone, ``[BEGIN]``/``[DONE]``, "The answer is B.", a final
 answer in ``$$\\boxed{}$$``, thousands separators, an unboxed final-answer sentence...), each
 with the verdict a careful person gives. Each reply is scored by its benchmark task's own
@@ -8,13 +8,13 @@ function (``entrodrop.tasks.replies``); code runs in the real sandbox. The few c
 project and the person still differ are named in docs/evaluation.md.
 """
 
-from pathlib import Path
 
 import pytest
+from conftest import REPO
 
 from entrodrop.tasks.replies import BENCHMARKS, agreement_table, load, project_verdicts
 
-REPLIES = Path(__file__).resolve().parent / "data" / "replies.jsonl"
+REPLIES = REPO / "tests" / "assets" / "replies.jsonl"
 # The replies the project scores against the person: the known disagreements docs/evaluation.md
 # names ("The hard cases"); any other is a regression, even with 95% still agreeing.
 KNOWN_DISAGREEMENTS = {"gsm8k-11", "college_math-08", "olympiadbench-07", "mmlu-12"}

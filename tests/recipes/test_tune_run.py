@@ -11,10 +11,10 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 
 pytestmark = pytest.mark.recipe  # starts tune run / torchrun / a script in a subprocess
 
-REPO = Path(__file__).resolve().parent.parent
 
 
 def test_recipes_resolves_to_this_checkout():

@@ -12,13 +12,14 @@ from pathlib import Path
 
 import lm_eval
 import pytest
+from conftest import REPO
 from lm_eval.api.model import LM
 from lm_eval.tasks import TaskManager
 from lm_eval.tasks._yaml_loader import load_yaml
 
 from entrodrop.tasks.choices import answer_letter, first_option
 
-TASKS = Path(__file__).resolve().parent.parent / "entrodrop" / "tasks"
+TASKS = REPO / "entrodrop" / "tasks"
 
 
 @pytest.mark.parametrize("reply, options, letter", [

@@ -1,13 +1,16 @@
-"""What a run finds in its output directory: earlier runs, moving them aside, pruning checkpoints."""
+"""What a run finds in its output directory (entrodrop.train.run_dir), as both training recipes
+call it: earlier runs, a fresh start over them or moving them aside, resume, pruning checkpoints."""
 
 import json
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import REPO
+from omegaconf import OmegaConf
 
 from entrodrop.checkpointing import PROGRESS_FNAME, RECIPE_STATE_FNAME
-from entrodrop.errors import EntroDropError
+from entrodrop.errors import ConfigError, EntroDropError, NoCheckpointError, OutputDirError
 from entrodrop.eval.offline import (
     checkpoint_progress,
     checkpoints_to_score,
@@ -15,12 +18,17 @@ from entrodrop.eval.offline import (
 )
 from entrodrop.train.run_dir import (
     best_checkpoint,
+    clear_earlier_run,
     earlier_run,
+    find_earlier_run,
     move_aside,
+    plain,
     prune_checkpoints,
+    prune_to_newest_and_best,
     refuse_earlier_run,
     remove_killed_saves,
     resumable,
+    resume_run,
     resume_state,
     rng_state,
     set_rng_state,
@@ -153,7 +161,7 @@ def test_the_saved_rng_state_repeats_the_draws_and_an_older_checkpoints_cpu_stat
     cpu = torch.device("cpu")
     torch.manual_seed(5)
     saved, old_format = rng_state(cpu), torch.get_rng_state()
-    assert saved["cuda"] is None  # a CUDA run saves the device's generator too (tests/test_gpu_recipes.py)
+    assert saved["cuda"] is None  # a CUDA run saves the device's generator too (tests/recipes/test_gpu_recipes.py)
     first = torch.rand(4)
     for state in (saved, old_format):
         torch.manual_seed(6)
@@ -239,3 +247,76 @@ def test_a_run_with_no_whole_checkpoint_is_not_resumable_and_resuming_it_says_wh
     assert "resume=False overwrite=True" in message and "another output_dir" in message
     with pytest.raises(EntroDropError, match="there is no earlier run here to resume: start it with resume=False$"):
         resume_state(str(tmp_path / "empty"), {}, 10, [], [])
+
+
+def training_cfg(out: Path, **settings):
+    cfg = OmegaConf.load(REPO / "configs/tiny/qwen3_entrodrop_single_device.yaml")
+    cfg.output_dir = str(out)
+    for key, value in settings.items():
+        OmegaConf.update(cfg, key, value)
+    return cfg
+
+
+def save_state(cfg, step: int) -> Path:
+    """A checkpoint directory holding only a recipe state, as a run with ``cfg`` saves it."""
+    path = Path(cfg.checkpointer.output_dir) / f"step_{step}"
+    path.mkdir(parents=True)
+    torch.save({"step": step, "config": plain(cfg)}, path / RECIPE_STATE_FNAME)
+    return path
+
+
+def files_of(root: Path) -> dict:
+    return {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
+
+
+def test_a_fresh_run_over_an_earlier_one_is_refused_untouched_or_moves_it_aside(tmp_path):
+    cfg = training_cfg(tmp_path / "run")
+    assert find_earlier_run(cfg) == [] and clear_earlier_run(cfg, []) == []
+    save_state(cfg, 4)
+    (tmp_path / "run" / "logs").mkdir()
+    (tmp_path / "run" / "logs" / "log_1.txt").write_text("Step 1 | loss:1.0\n")
+    before = files_of(tmp_path)
+    with pytest.raises(OutputDirError, match=r"holds an earlier run:\n  .*1 checkpoint \(step_4\)\n  .*1 log file"):
+        find_earlier_run(cfg)
+    assert files_of(tmp_path) == before
+    cfg.overwrite = True
+    found = find_earlier_run(cfg)
+    assert len(found) == 2 and files_of(tmp_path) == before  # looking writes nothing
+    (tmp_path / "run" / "checkpoints" / ".step_6.tmp-x").mkdir()  # a killed save: moved with the rest
+    [line] = clear_earlier_run(cfg, found)
+    [moved] = tmp_path.glob("run.replaced-*")
+    assert line == f"overwrite=True: the earlier run was moved to {moved}"
+    assert not (tmp_path / "run").exists() and (moved / "checkpoints" / "step_4" / RECIPE_STATE_FNAME).is_file()
+
+
+def test_resume_counts_the_budget_in_steps_and_names_what_a_killed_save_left(tmp_path):
+    cfg = training_cfg(tmp_path / "run", total_tokens=8 * 256 * 10)  # 10 steps
+    removed = [f"removed {tmp_path}/run/checkpoints/.step_2.tmp-x, left by a save that was killed"]
+    with pytest.raises(NoCheckpointError) as error:
+        resume_run(cfg, plain(cfg), [], {}, removed)
+    assert removed[0] in str(error.value)
+    path = save_state(cfg, 10)
+    state, resume_dir = resume_run(cfg, plain(cfg), [], {})
+    assert resume_dir == path and state["step"] == 10
+    shorter = training_cfg(tmp_path / "run", total_tokens=8 * 256 * 10 - 1)  # 9 steps
+    with pytest.raises(ConfigError, match="total_tokens=20479 is 9 steps, fewer than the 10 the checkpoint"):
+        resume_run(shorter, plain(shorter), ["total_tokens"], {})
+
+
+def test_pruning_keeps_the_newest_and_the_best_and_says_what_it_pruned(tmp_path):
+    cfg = training_cfg(tmp_path / "run")
+    for step in (2, 4, 6, 8):
+        save_state(cfg, step)
+    eval_dir = tmp_path / "run" / "eval"
+    eval_dir.mkdir()
+    (eval_dir / "summary.json").write_text(json.dumps({"best_checkpoint": {"path": "elsewhere/step_4"}}))
+    checkpoints = cfg.checkpointer.output_dir
+    lines = prune_to_newest_and_best(checkpoints, eval_dir, 1, keep_weights=True)
+    assert lines == [f"keep_last_n_checkpoints=1: pruned {checkpoints}/step_{s} to its weights" for s in (2, 6)]
+    assert sorted(p.name for p in Path(checkpoints).iterdir()) == ["step_2", "step_4", "step_6", "step_8"]
+    assert not (Path(checkpoints) / "step_2" / RECIPE_STATE_FNAME).exists()
+    save_state(cfg, 10)
+    lines = prune_to_newest_and_best(checkpoints, eval_dir, 1, keep_weights=False)
+    assert lines == [f"keep_last_n_checkpoints=1: pruned {checkpoints}/step_8"]
+    assert not (Path(checkpoints) / "step_8").exists() and (Path(checkpoints) / "step_4").is_dir()
+    assert prune_to_newest_and_best(checkpoints, eval_dir, None, keep_weights=False) == []

@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 from conftest import cuda_only
-from test_recipes import (
+from test_training_recipes import (
     CHUNKED_CE,
     DISTRIBUTED,
     NO_EVAL,

@@ -12,7 +12,7 @@ from conftest import _load_script
 
 OPENCOMPASS = importlib.util.find_spec("opencompass") is not None
 
-# Cases of tests/data/replies.jsonl -> OpenCompass 0.5.4's verdict, a right and a wrong reading per
+# Cases of tests/assets/replies.jsonl -> OpenCompass 0.5.4's verdict, a right and a wrong reading per
 # benchmark and its known disagreements with the person (docs/evaluation.md, "The hard cases").
 EXPECTED = {
     "gsm8k-01": True, "gsm8k-16": False,  # "1,000" reads 000
@@ -55,7 +55,7 @@ def test_opencompass_verdicts_come_from_its_own_code(monkeypatch):
     script = _load_script("compare_opencompass")
     task_class = script.import_opencompass()
     assert task_class.__module__.startswith("opencompass.")
-    cases = [c for c in script.load(script.REPO / "tests" / "data" / "replies.jsonl") if c["id"] in EXPECTED]
+    cases = [c for c in script.load(script.REPO / "tests" / "assets" / "replies.jsonl") if c["id"] in EXPECTED]
     assert len(cases) == len(EXPECTED)
     verdicts = dict(zip([c["id"] for c in cases], script.opencompass_verdicts(cases, task_class)))
     assert verdicts == EXPECTED

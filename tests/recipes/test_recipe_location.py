@@ -12,11 +12,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import TUNE
+from conftest import REPO, TUNE
 
 pytestmark = pytest.mark.recipe  # starts tune run / torchrun / a script in a subprocess
 
-REPO = Path(__file__).resolve().parent.parent
+
 SMOKE = ["--config", "configs/tiny/qwen3_smoke.yaml", "output_dir=out"]
 
 

@@ -9,10 +9,10 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from conftest import REPO
 from omegaconf import OmegaConf
 from torchtune import config, training
 
-REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "configs/tiny/qwen3_entrodrop_single_device.yaml"
 
 pytestmark = pytest.mark.recipe  # two processes (gloo): the distributed tier, beside the recipe tests

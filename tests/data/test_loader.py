@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from entrodrop.data.corpus import tokenize_corpus
-from entrodrop.data.loader import build_loader, plan_budget
+from entrodrop.data.loader import build_loader, num_training_steps, plan_budget
 from entrodrop.data.packing import (
     GENERAL,
     IGNORE_INDEX,
@@ -297,3 +297,12 @@ def test_the_dense_block_causal_mask_is_torchtunes():
         docs = torch.stack(rows)
         expected = create_block_causal_mask([torch.unique_consecutive(row, return_counts=True)[1] for row in docs])
         assert torch.equal(block_causal_mask(docs), expected)
+
+
+@pytest.mark.parametrize("total_tokens, global_batch_size, seq_len", [(81920, 8, 256), (81919, 8, 256),
+                                                                      (2048, 8, 256), (10**12, 512, 4096)])
+def test_the_step_count_is_whole_global_batches_and_the_budget_uses_it(total_tokens, global_batch_size, seq_len):
+    steps = num_training_steps(total_tokens, global_batch_size, seq_len)
+    assert steps * global_batch_size * seq_len <= total_tokens < (steps + 1) * global_batch_size * seq_len
+    budget = plan_budget(total_tokens, global_batch_size, seq_len, 0.6, 10**9, 10**13)
+    assert budget.num_steps == steps
