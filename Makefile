@@ -2,7 +2,7 @@
 #   make demo   the main job on the embedded tiny default, offline
 #   make test   the test suite (all three tiers: unit, recipe, gpu; gpu skips without one)
 #   make reproduce   the paper's tables 3 and 4 at CPU scale, three seeds a setting (under an hour)
-#   make test-fast   the unit tier alone: no `tune run`, under 2 minutes
+#   make test-fast   the unit tier without its slowest tests: no `tune run`, under 2 minutes
 # On a machine with a CUDA GPU (and a CUDA build of torch), one more:
 #   make test-gpu   the tests of the CUDA paths alone, on the first CUDA device
 # Everything installs into a project-local virtual environment, $(VENV).
@@ -37,9 +37,10 @@ $(ASSETS): $(INSTALLED) scripts/make_tiny_assets.py $(LIBRARY)
 test: $(ASSETS)
 	$(PY) -m pytest
 
-# The unit tier: everything but the tests that start `tune run` or torchrun, and the GPU tests.
+# The unit tier: everything but the tests that start `tune run`, torchrun, a script or two
+# processes, and the GPU tests; less the tests marked `slow` (over 8 s each; `make test` runs them).
 test-fast: $(ASSETS)
-	$(PY) -m pytest -m "not recipe and not gpu"
+	$(PY) -m pytest -m "not recipe and not gpu and not slow"
 
 # ruff, as configured in pyproject.toml (tests/test_lint.py runs the same check in the unit tier).
 lint: $(INSTALLED)

@@ -526,6 +526,7 @@ def test_streamed_source_holds_out_its_first_distinct_rows(files, tok, tmp_path,
     assert stored(tmp_path / "s") == expected_store(tok, train)
 
 
+@pytest.mark.slow
 def test_streamed_tokenizing_keeps_python_memory_bounded(tok, tmp_path):
     """A streamed source 10x larger raises the peak of what Python allocates while it is
     tokenized (tracemalloc: the project's lists and arrays, not Arrow's buffers in datasets) by

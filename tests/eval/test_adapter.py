@@ -116,8 +116,10 @@ def greedy_without_cache(model, ids: list, n: int) -> list:
     return ids[-n:]
 
 
-@pytest.mark.parametrize("compile_decode, check_every", [(False, 1), (True, 1), (False, 4), (True, 3)],
-                         ids=["eager", "compiled", "eager-check-every-4", "compiled-check-every-3"])
+@pytest.mark.parametrize("compile_decode, check_every", [
+    pytest.param(False, 1, id="eager"), pytest.param(True, 1, id="compiled", marks=pytest.mark.slow),
+    pytest.param(False, 4, id="eager-check-every-4"),
+    pytest.param(True, 3, id="compiled-check-every-3", marks=pytest.mark.slow)])
 def test_each_row_stops_at_its_stop_string_or_eos_as_it_generates(tiny, caplog, compile_decode, check_every):
     """Left-padded rows of one batch: one cut by a stop string, one by EOS, one runs to
     max_gen_toks. Every text is what a full greedy run cut afterwards gives, and the batch
@@ -203,6 +205,7 @@ def test_a_failing_compiled_decode_falls_back_to_eager_with_one_warning(tiny, ca
     assert not model.caches_are_setup()  # the model trains on without them
 
 
+@pytest.mark.slow
 def test_compiled_decode_gives_eager_tokens_across_cache_shapes_calls_and_batch_sizes(tiny, caplog):
     """torch.compile's decode step (on the CPU: no CUDA graphs, so the overwritten-output error
     of the H100 cannot show here; tests/test_gpu_kernels.py checks that) against eager: two
@@ -350,6 +353,7 @@ def _generate_on_rank(rank: int, init_file: str, model_args: dict, assets: str, 
     os._exit(0)
 
 
+@pytest.mark.recipe
 def test_two_processes_generate_what_one_does(tiny, tiny_assets, make_tiny_assets, tmp_path):
     import torch.multiprocessing as mp
 

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 
+import pytest
 from conftest import REPO
 from omegaconf import OmegaConf
 
@@ -14,6 +15,7 @@ from entrodrop.eval.task_checks import check_tasks, load_task_manager, task_inde
 TASKS = ["humaneval_likelihood", "svamp"]
 
 
+@pytest.mark.slow
 def test_the_second_index_of_the_same_tasks_reads_only_their_directories(tmp_path):
     include = tmp_path / "tasks"
     shutil.copytree(REPO / "entrodrop" / "tasks", include, ignore=shutil.ignore_patterns("__pycache__"))
@@ -43,6 +45,7 @@ def test_the_second_index_of_the_same_tasks_reads_only_their_directories(tmp_pat
     assert len(load_task_manager(["humaneval_likelihood"], str(include), cache).task_index) > 10_000
 
 
+@pytest.mark.slow
 def test_task_index_of_a_training_config_uses_the_cache(tmp_path):
     ev = OmegaConf.load(REPO / "configs/tiny/qwen3_entrodrop_single_device.yaml").evaluation.lm_eval
     ev.include_path = str(REPO / "entrodrop" / "tasks")

@@ -283,6 +283,7 @@ def _record_on_rank(rank: int, init_file: str, stores: dict, out: str) -> None:
     os._exit(0)
 
 
+@pytest.mark.recipe
 def test_two_ranks_record_what_one_records(tmp_path, stores, batch):
     signal = LossSignal(SampleStore(stores["entropy"], "entropy"), torch.device("cpu"))
     index = signal.index(batch["sample"], batch["input_pos"])

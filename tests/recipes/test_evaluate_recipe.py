@@ -190,6 +190,7 @@ def _decide_on_two_ranks(rank: int, init_file: str, out_dir: str, fail: bool) ->
     os._exit(0)
 
 
+@pytest.mark.recipe
 @pytest.mark.parametrize("fail", [False, True])
 def test_every_rank_scores_the_checkpoints_rank_0_found(tmp_path, fail):
     mp.spawn(_decide_on_two_ranks, args=(str(tmp_path / "init"), str(tmp_path), fail), nprocs=2)

@@ -116,6 +116,7 @@ def test_loss_impl_liger_without_liger_kernel_is_a_start_up_config_error(data, t
                        "CUDA GPU), which is not installed: pip install -e '.[gpu]', or use impl: torch")
 
 
+@pytest.mark.recipe
 def test_a_copied_recipe_in_a_recipes_folder_without_init_is_one_message(tiny_assets, tmp_path):
     user = tmp_path / "my_project"
     (user / "recipes").mkdir(parents=True)

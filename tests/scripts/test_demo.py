@@ -134,6 +134,7 @@ def test_the_cpu_runs_come_in_groups_after_the_base_each_group_after_the_baselin
     assert len({(c.total_tokens, c.global_batch_size, c.optimizer.lr, c.data.target_ratio) for c in cpt}) == 1
 
 
+@pytest.mark.slow
 def test_the_target_is_blocks_of_addition_cases_half_held_out_and_the_base_never_sees_addition(tmp_path, monkeypatch):
     monkeypatch.setattr(demo, "OUT", tmp_path)
     demo.build_corpora()
@@ -150,6 +151,7 @@ def test_the_target_is_blocks_of_addition_cases_half_held_out_and_the_base_never
     assert "add" not in operations and "subtract" not in operations and {"multiply", "divide"} <= operations
 
 
+@pytest.mark.slow
 def test_the_held_out_target_tasks_read_the_file_each_demo_writes_and_never_trains_on():
     """The GPU runs' target group scores its held-out blocks; the CPU runs score no task (the
     validation loss already scores the same text: docs/demo.md), and the task an override adds reads
@@ -189,6 +191,7 @@ class RollingLM(LM):
         raise NotImplementedError
 
 
+@pytest.mark.slow
 def test_the_held_out_task_scores_each_whole_block_per_character(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     blocks = ["def parse(src):\n    return src\n", "# a comment\nKEY = 1\n\n\nother = 2"]

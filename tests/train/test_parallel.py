@@ -48,6 +48,7 @@ def _shard_on_rank(rank: int, init_file: str, out_dir: str) -> None:
     os._exit(0)
 
 
+@pytest.mark.recipe
 def test_a_sharded_model_computes_and_gathers_what_the_whole_model_does(tmp_path):
     mp.spawn(_shard_on_rank, args=(str(tmp_path / "init"), str(tmp_path)), nprocs=2)
     result = json.loads((tmp_path / "result.json").read_text())

@@ -138,6 +138,7 @@ def test_a_reference_or_tests_that_do_not_parse_fail_the_sample_with_the_reason(
     assert not broken_reference.held and broken_reference.error.startswith("the reference solution cannot be parsed: SyntaxError")
 
 
+@pytest.mark.slow
 def test_every_canonical_humaneval_solution_passes_in_the_sandbox(monkeypatch):
     """The runner's correctness test: all 164 reference solutions, 2 at a time."""
     monkeypatch.setenv("HF_ALLOW_CODE_EVAL", "1")
@@ -346,6 +347,7 @@ class Canned(LM):
         raise NotImplementedError
 
 
+@pytest.mark.slow
 def test_sandboxed_humaneval_and_mbpp_score_through_lm_eval(tmp_path, monkeypatch):
     """lm-eval's prompts, the sandbox's verdicts: humaneval_pass1 (local data) and mbpp_sandbox
     on a local copy, one right and one wrong answer each."""
