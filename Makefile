@@ -2,7 +2,7 @@
 #   make demo   the main job on the embedded tiny default, offline
 #   make test   the test suite (all three tiers: unit, recipe, gpu; gpu skips without one)
 #   make reproduce   the paper's tables 3 and 4 at CPU scale, three seeds a setting (under an hour)
-#   make test-fast   the unit tier without its slowest tests: no `tune run`, under 2 minutes
+#   make test-fast   the unit tier without its slowest tests: no `tune run`, about 2 minutes
 # On a machine with a CUDA GPU (and a CUDA build of torch), one more:
 #   make test-gpu   the tests of the CUDA paths alone, on the first CUDA device
 # Everything installs into a project-local virtual environment, $(VENV).
