@@ -3,11 +3,10 @@
 
 import contextlib
 import os
-import random
 import sys
 from typing import Dict, List, Optional
+from unittest import mock
 
-import numpy as np
 import torch
 
 from entrodrop.data.loader import check_join
@@ -19,41 +18,26 @@ from entrodrop.eval.validation import (
 )
 
 
-def evaluate_tasks(lm, tasks: List[str], task_manager, verbosity: str = "WARNING", **kwargs) -> Optional[Dict]:
-    """lm-eval's ``simple_evaluate`` for a model already built, without what it adds once the
-    tasks are scored: the environment (torch's ``collect_env``, which runs ``pip list``: about
-    0.9 s of each evaluation on a CPU), the git hash and the tokenizer's details. What it does
-    before is done the same way: its seeds, each task's n-shot (0 where the task names none) and
-    few-shot seed; the results, task configs, versions, n-shot and higher_is_better are
-    ``evaluate``'s own, as they were.
+def evaluate_tasks(lm, tasks: List[str], task_manager, **kwargs) -> Optional[Dict]:
+    """lm-eval's ``simple_evaluate`` for a model already built, without its last step,
+    ``add_env_info``: torch's ``collect_env`` runs ``pip list``, about 0.9 s of each evaluation on
+    a CPU, and lm-eval has no flag to skip it. Everything else (seeds, n-shot, task configs,
+    versions, the results on rank 0 only) is ``simple_evaluate``'s own.
 
     Args:
         lm: an lm-eval model.
         tasks (List[str]): task and group names.
         task_manager: lm-eval's ``TaskManager``.
-        verbosity (str): the level of lm-eval's logger.
-        **kwargs: the rest of ``lm_eval.evaluator.evaluate``'s arguments (``limit``,
-            ``log_samples``, ``confirm_run_unsafe_code``, ``apply_chat_template``...).
+        **kwargs: the rest of ``simple_evaluate``'s arguments (``limit``, ``log_samples``,
+            ``confirm_run_unsafe_code``, ``apply_chat_template``, ``verbosity``...).
 
     Returns:
-        Optional[Dict]: lm-eval's results on local rank 0 (every rank's ``TorchtuneLM`` is lm-eval's
-        rank 0), else None.
+        Optional[Dict]: lm-eval's results on rank 0, else None.
     """
-    from lm_eval.defaults import DEFAULT_OTHER_SEED, DEFAULT_RANDOM_SEED
-    from lm_eval.evaluator import evaluate
-    from lm_eval.utils import set_torch_seed, setup_logging
+    import lm_eval.evaluator
 
-    setup_logging(verbosity)
-    random.seed(DEFAULT_RANDOM_SEED)
-    np.random.seed(DEFAULT_OTHER_SEED)
-    set_torch_seed(DEFAULT_OTHER_SEED)
-    loaded = task_manager.load(tasks)
-    for task in loaded["tasks"].values():
-        if task.get_config("num_fewshot") is None:
-            task.set_config(key="num_fewshot", value=0)
-        task.set_fewshot_seed(seed=DEFAULT_OTHER_SEED)
-    results = evaluate(lm=lm, task_dict=loaded, fewshot_as_multiturn=True, **kwargs)
-    return results if int(os.environ.get("LOCAL_RANK", "0")) == 0 else None
+    with mock.patch.object(lm_eval.evaluator, "add_env_info", lambda results: None):
+        return lm_eval.evaluator.simple_evaluate(model=lm, tasks=tasks, task_manager=task_manager, **kwargs)
 
 
 class Evaluator:

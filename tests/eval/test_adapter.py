@@ -243,7 +243,7 @@ def test_the_local_humaneval_task_runs_offline(tiny, shipped_tasks, monkeypatch)
 def test_an_evaluation_does_not_collect_the_environment(tiny, shipped_tasks, monkeypatch):
     """lm-eval's simple_evaluate ends with the environment (torch's collect_env, which runs `pip
     list`: about 0.9 s of each evaluation on a CPU); the Evaluator scores the tasks without it and
-    keeps what evaluate gives: results, task configs, versions, n-shot, higher_is_better."""
+    keeps the rest of what simple_evaluate gives: results, task configs, versions, n-shot, higher_is_better."""
     import lm_eval.evaluator
     import torch.utils.collect_env
     from omegaconf import OmegaConf
