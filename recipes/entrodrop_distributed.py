@@ -188,8 +188,8 @@ class EntroDropRecipeDistributed:
         shard(model, model_sd, self._device, self._dtype)
         utils.log_rank_zero(log, f"activation checkpointing: {num_checkpointed} of {len(model.layers)} layers")
         self._model, self._checkpointer = model, base
-        # e_bar: the mean of the base model's embedding matrix (a resumed run's comes from its state).
-        self._token_dropout.attach(model, model_sd["tok_embeddings.weight"])
+        # e_bar: the mean of the base model's embedding matrix; a resumed run's comes from its state.
+        self._token_dropout.attach(model, None if state else model_sd["tok_embeddings.weight"])
         # What the loss reads: the final hidden states, projected by a fused loss in chunks so
         # the [tokens, vocab] logits never exist (entrodrop.loss), or torchtune's chunks of logits.
         self._forward = model_output_for(model, self._loss_fn)

@@ -165,8 +165,8 @@ class EntroDropRecipeSingleDevice:
         model.load_state_dict(model_sd, strict=True)  # the wrappers keep the state-dict keys
         log.info(f"activation checkpointing: {num_checkpointed} of {len(model.layers)} layers")
         self._model, self._checkpointer = model, base
-        # e_bar: the mean of the base model's embedding matrix (a resumed run's comes from its state).
-        self._token_dropout.attach(model, model_sd["tok_embeddings.weight"])
+        # e_bar: the mean of the base model's embedding matrix; a resumed run's comes from its state.
+        self._token_dropout.attach(model, None if state else model_sd["tok_embeddings.weight"])
         # What the loss reads: the final hidden states, projected by a fused loss in chunks so
         # the [tokens, vocab] logits never exist (entrodrop.loss), or torchtune's chunks of logits.
         self._forward = model_output_for(model, self._loss_fn)

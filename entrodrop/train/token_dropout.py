@@ -80,12 +80,13 @@ class TokenDropoutRun:
         return cls(TokenDropout.from_config(td, seed), cfg.neftune_alpha, MidpointWatch.from_config(td), loss_fn,
                    cfg.data.target_entropy if td.signal == "loss" else None, device, distributed)
 
-    def attach(self, model: nn.Module, embedding_weight: torch.Tensor) -> None:
+    def attach(self, model: nn.Module, embedding_weight: Optional[torch.Tensor]) -> None:
         """Enter ``model`` by a hook on its token embedding, with e_bar the mean of
-        ``embedding_weight``: the base model's (a resumed run takes its checkpoint's e_bar in
-        ``load_state_dict``: never recomputed from trained weights). With ``signal: loss``, the
-        live signal store starts from the (already checked) target entropy cache."""
-        self._e_bar = mean_embedding(embedding_weight).to(self._device)
+        ``embedding_weight``, the base model's; None for a resumed run, whose ``load_state_dict``
+        brings the e_bar saved with it (never recomputed from trained weights). With ``signal:
+        loss``, the live signal store starts from the (already checked) target entropy cache."""
+        if embedding_weight is not None:
+            self._e_bar = mean_embedding(embedding_weight).to(self._device)
         self._hook = EmbeddingHook(model.tok_embeddings)
         if self._entropy_cache:
             self._entropy = SampleStore(self._entropy_cache, "entropy")

@@ -68,7 +68,7 @@ def test_its_state_is_the_recipe_states_keys_and_a_resume_keeps_the_saved_e_bar_
     # The keys recipe states held before TokenDropoutRun: a checkpoint from either resumes.
     assert set(state) == {"e_bar", "val_losses", "j0", "loss_signal"} and state["loss_signal"] is None
     resumed = TokenDropoutRun.from_config(config("auto"), CEWithChunkedOutputLoss(), 0, torch.device("cpu"))
-    resumed.attach(model, torch.zeros_like(model.tok_embeddings.weight))  # trained weights: not the base's
+    resumed.attach(model, None)  # a resumed run: e_bar comes from its state, not from trained weights
     resumed.load_state_dict({**state, "step": 6, "optimizer": {}})  # a whole recipe state
     assert torch.equal(resumed.state_dict()["e_bar"], state["e_bar"]) and resumed.dropout.midpoint == 3
     assert resumed.state_dict()["j0"] == state["j0"] and resumed.state_dict()["val_losses"] == state["val_losses"]
