@@ -87,8 +87,10 @@ class Evaluator:
         record = {"step": step, "target_epoch": target_epoch, "checkpoint": checkpoint}
         if self.lm:
             record["limit"] = self._cfg.limit
-        training = self._model.training
-        self._model.eval()
+        # No model: recipes/evaluate.py's hf and vllm backends score through lm-eval's own.
+        training = self._model is not None and self._model.training
+        if self._model is not None:
+            self._model.eval()
         with torch.random.fork_rng(devices=[self._device] if self._device.type == "cuda" else []):
             if self._validation:
                 tokens, entropy, buckets = self._validation
@@ -111,5 +113,6 @@ class Evaluator:
                     record["groups"] = group_scores(out["results"], self._task_groups, self._metrics)
                     record["metrics"] = group_metrics(self._task_groups, self._metrics)
                     record["prompt_format"] = task_scoring(self._cfg)["prompt_format"]
-        self._model.train(training)
+        if self._model is not None:
+            self._model.train(training)
         return record
