@@ -67,7 +67,7 @@ test-gpu: $(ASSETS) $(GPU_INSTALLED)
 # that has them: a virtual environment over the image's torch, the carried wheels installed
 # offline, this checkout linked, then scripts/gpu_check.py (the GPU suite and the quick
 # benchmarks, each under its own time cap; summary.md and summary.json in $OUT, else in
-# outputs/gpu_check/<time>). GPU_CHECK_ARGS passes it options, e.g. "--stages recipes,bench_gpu".
+# outputs/gpu_check/<time>). GPU_CHECK_ARGS passes it options, e.g. "--stages bench_gpu,loss".
 # No prerequisites: make's own (.venv, assets) would reach for the network.
 GPU_CHECK_VENV ?= /tmp/entrodrop-gpu-check
 gpu-check:
