@@ -38,6 +38,12 @@ class CacheMismatchError(EntroDropError, ValueError):
     """A store that was not computed from the model, tokenizer, corpus or length in use."""
 
 
+class MissingFileError(CacheMismatchError, FileNotFoundError):
+    """A file a store's manifest names is missing, or not of the size it was written with; the
+    message names each such file and the command that writes it again. Before this check, a
+    missing shard file was a ``FileNotFoundError`` and a cut token shard a ``CacheMismatchError``."""
+
+
 class CheckpointError(EntroDropError, ValueError):
     """A weight file that is not a whole safetensors file; the message names it and the fix."""
 
@@ -69,4 +75,9 @@ class MissingPackageError(ConfigError, ImportError):
 
 class RecipeLocationError(EntroDropError, ImportError):
     """``tune run recipes/x.py`` would import another ``recipes`` package than the folder named
-    (a copied recipe in a ``recipes/`` folder without ``__init__.py``); the message says the fix."""
+    (a copied recipe in a ``recipes/`` folder without ``__init__.py``); the message says the fix.
+    Also ``tune run /path/to/x.py`` (or ``./``, ``../``) where there is no such file."""
+
+
+class DeviceError(EntroDropError, RuntimeError):
+    """A ``device`` this torch cannot use (no CUDA build, no GPU, an index beyond the GPUs there are)."""

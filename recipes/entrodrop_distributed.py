@@ -32,6 +32,7 @@ from omegaconf import DictConfig
 from torchtune import config, training, utils
 from tqdm import tqdm
 
+from entrodrop import devices
 from entrodrop.checkpointing import HFCheckpointer, latest_checkpoint
 from entrodrop.config import cli, schemas
 from entrodrop.data.loader import build_loader, describe_budget, plan_budget
@@ -44,13 +45,13 @@ from entrodrop.eval.validation import open_validation
 from entrodrop.loss import model_output_for
 from entrodrop.method.dropout import add_hidden_dropout
 from entrodrop.method.entropy import check_cache_model
-from entrodrop.models.hf_config import check_matches_checkpoint
 from entrodrop.train.activations import checkpoint_layers
 from entrodrop.train.cadence import crossed_multiple, evaluation_due
 from entrodrop.train.parallel import shard
 from entrodrop.train.run_dir import (
     clear_earlier_run,
     find_earlier_run,
+    kept_checkpoint,
     plain,
     prune_to_newest_and_best,
     remove_killed_saves,
@@ -58,6 +59,7 @@ from entrodrop.train.run_dir import (
     rng_state,
     set_rng_state,
 )
+from entrodrop.train.run_lock import hold_run_dir
 from entrodrop.train.token_dropout import TokenDropoutRun
 
 log = utils.get_logger("INFO")
@@ -75,9 +77,9 @@ class EntroDropRecipeDistributed:
 
     def __init__(self, cfg: DictConfig) -> None:
         schemas.check(cfg, schemas.TRAINING, schemas.TRAINING_RULES, "EntroDrop")
-        self._device = utils.get_device(cfg.device)
+        self._device = devices.get_device(cfg.device)  # refuses a device torch cannot use
         self._dtype = training.get_dtype(cfg.dtype, device=self._device)
-        dist.init_process_group("cuda:nccl,cpu:gloo" if self._device.type == "cuda" else "gloo")
+        dist.init_process_group(devices.process_group_backend(self._device))
         self._world_size, self._rank = utils.get_world_size_and_rank()
         if cfg.global_batch_size % (self._world_size * cfg.gradient_accumulation_steps):
             raise ConfigError(f"global_batch_size={cfg.global_batch_size} is not a multiple of {self._world_size} "
@@ -102,6 +104,7 @@ class EntroDropRecipeDistributed:
 
     def setup(self, cfg: DictConfig) -> bool:
         """Everything before the first step; False when a resumed run is already complete."""
+        self._run_lock = hold_run_dir(cfg.output_dir, self._rank, distributed=True)  # rank 0 holds it for all
         state, resume_dir = self._setup_output_dir(cfg)
         self._setup_tasks(cfg)
         self._setup_data(cfg)
@@ -139,11 +142,8 @@ class EntroDropRecipeDistributed:
         for line in removed:
             log.info(line)
         dist.barrier()  # a step_<N> restored from its .old is in place before any rank looks
-        state, resume_dir = resume_run(cfg, self._config, schemas.may_change_on_resume(cfg), schemas.ADDED_KEYS,
-                                       removed)
-        if len(state["rng"]) != self._world_size:  # one generator state per rank
-            raise ConfigError(f"{resume_dir} was saved by {len(state['rng'])} processes; resume with as many")
-        return state, resume_dir
+        return resume_run(cfg, self._config, schemas.may_change_on_resume(cfg), schemas.ADDED_KEYS, removed,
+                          world_size=self._world_size)
 
     def _setup_tasks(self, cfg: DictConfig) -> None:
         """lm-eval's task index, and every problem with the configured tasks."""
@@ -179,7 +179,6 @@ class EntroDropRecipeDistributed:
         # Built on the meta device, wrapped as on one device, then sharded and filled (``shard``).
         with training.set_default_dtype(self._dtype), torch.device("meta"):
             model = config.instantiate(cfg.model)
-        check_matches_checkpoint(model, base.config, f"{cfg.checkpointer.checkpoint_dir}/config.json")
         if cfg.hidden_dropout > 0:
             add_hidden_dropout(model, cfg.hidden_dropout)
         num_checkpointed = checkpoint_layers(model, cfg.activation_checkpointing_share)
@@ -350,7 +349,7 @@ class EntroDropRecipeDistributed:
         dist.destroy_process_group()
 
 
-@cli.parse
+@cli.parse(kept=kept_checkpoint)  # what Ctrl-C leaves
 def recipe_main(cfg: DictConfig) -> None:
     recipe = EntroDropRecipeDistributed(cfg)
     if recipe.setup(cfg):  # False: a resumed run that is already complete

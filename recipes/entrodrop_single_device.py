@@ -28,6 +28,7 @@ from omegaconf import DictConfig
 from torchtune import config, training, utils
 from tqdm import tqdm
 
+from entrodrop import devices
 from entrodrop.checkpointing import HFCheckpointer, latest_checkpoint
 from entrodrop.config import cli, schemas
 from entrodrop.data.loader import build_loader, describe_budget, plan_budget
@@ -39,12 +40,12 @@ from entrodrop.eval.validation import open_validation
 from entrodrop.loss import model_output_for
 from entrodrop.method.dropout import add_hidden_dropout
 from entrodrop.method.entropy import check_cache_model
-from entrodrop.models.hf_config import check_matches_checkpoint
 from entrodrop.train.activations import checkpoint_layers
 from entrodrop.train.cadence import crossed_multiple, evaluation_due
 from entrodrop.train.run_dir import (
     clear_earlier_run,
     find_earlier_run,
+    kept_checkpoint,
     plain,
     prune_to_newest_and_best,
     remove_killed_saves,
@@ -52,6 +53,7 @@ from entrodrop.train.run_dir import (
     rng_state,
     set_rng_state,
 )
+from entrodrop.train.run_lock import hold_run_dir
 from entrodrop.train.token_dropout import TokenDropoutRun
 
 log = utils.get_logger("INFO")
@@ -69,7 +71,7 @@ class EntroDropRecipeSingleDevice:
 
     def __init__(self, cfg: DictConfig) -> None:
         schemas.check(cfg, schemas.TRAINING, schemas.TRAINING_RULES, "EntroDrop")
-        self._device = utils.get_device(cfg.device)
+        self._device = devices.get_device(cfg.device)  # refuses a device torch cannot use
         self._dtype = training.get_dtype(cfg.dtype, device=self._device)
         self._seed = training.set_seed(cfg.seed)
         self._output_dir = Path(cfg.output_dir)
@@ -91,6 +93,7 @@ class EntroDropRecipeSingleDevice:
 
     def setup(self, cfg: DictConfig) -> bool:
         """Everything before the first step; False when a resumed run is already complete."""
+        self._run_lock = hold_run_dir(cfg.output_dir)  # kept to the end: one live run per output_dir
         state, resume_dir = self._setup_output_dir(cfg)
         self._setup_tasks(cfg)
         self._setup_data(cfg)
@@ -156,7 +159,6 @@ class EntroDropRecipeSingleDevice:
         model_sd = source.load_checkpoint()["model"]
         with training.set_default_dtype(self._dtype), self._device:
             model = config.instantiate(cfg.model)
-        check_matches_checkpoint(model, base.config, f"{cfg.checkpointer.checkpoint_dir}/config.json")
         if cfg.hidden_dropout > 0:
             add_hidden_dropout(model, cfg.hidden_dropout)
         num_checkpointed = checkpoint_layers(model, cfg.activation_checkpointing_share)
@@ -305,7 +307,7 @@ class EntroDropRecipeSingleDevice:
             self._metric_logger.close()
 
 
-@cli.parse
+@cli.parse(kept=kept_checkpoint)  # what Ctrl-C leaves
 def recipe_main(cfg: DictConfig) -> None:
     recipe = EntroDropRecipeSingleDevice(cfg)
     if recipe.setup(cfg):  # False: a resumed run that is already complete

@@ -32,9 +32,10 @@ import torch.distributed as dist
 from omegaconf import DictConfig
 from torchtune import config, training, utils
 
+from entrodrop import devices
 from entrodrop.checkpointing import HFCheckpointer, damaged_weights
 from entrodrop.config import cli, schemas
-from entrodrop.errors import CheckpointError
+from entrodrop.errors import CheckpointError, raise_problems
 from entrodrop.eval.evaluator import Evaluator
 from entrodrop.eval.offline import (
     checkpoint_progress,
@@ -46,7 +47,7 @@ from entrodrop.eval.offline import (
 from entrodrop.eval.records import record_evaluation, task_scoring
 from entrodrop.eval.task_checks import allow_code, task_index
 from entrodrop.eval.validation import open_validation
-from entrodrop.models.hf_config import check_matches_checkpoint
+from entrodrop.models.hf_config import model_config_problems
 
 log = utils.get_logger("INFO")
 
@@ -63,11 +64,11 @@ class EvaluateRecipe:
 
     def __init__(self, cfg: DictConfig) -> None:
         schemas.check(cfg, schemas.EVALUATE, schemas.EVALUATE_RULES, "evaluate")
-        self._device = utils.get_device(cfg.device)
+        self._device = devices.get_device(cfg.device)  # refuses a device torch cannot use
         self._dtype = training.get_dtype(cfg.dtype, device=self._device)
         self._distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
         if self._distributed:
-            dist.init_process_group("cuda:nccl,cpu:gloo" if self._device.type == "cuda" else "gloo")
+            dist.init_process_group(devices.process_group_backend(self._device))
         self._world_size, self._rank = utils.get_world_size_and_rank()
         training.set_seed(cfg.seed)
         self._backend, self._eval_dir, self._dtype_name = cfg.backend, Path(cfg.eval_dir), cfg.dtype
@@ -93,6 +94,8 @@ class EvaluateRecipe:
         self._model_type = cfg.model_type
         self._model = None
         if validation or (self._backend == "torchtune" and task_manager):
+            # Each checkpoint's config.json against the model, before the model is built.
+            raise_problems(model_config_problems(cfg.model, [str(c / "config.json") for c in self._todo]), "evaluate")
             with training.set_default_dtype(self._dtype), self._device:
                 self._model = config.instantiate(cfg.model)
             self._model.eval()
@@ -131,9 +134,8 @@ class EvaluateRecipe:
                     max_gen_toks=ev.max_gen_toks, batch_size="auto")
 
     def _load(self, checkpoint: Path) -> None:
-        """``checkpoint``'s weights into the torchtune model, once its config.json matches the model."""
+        """``checkpoint``'s weights into the torchtune model (its config.json matched the model in ``setup``)."""
         checkpointer = HFCheckpointer(str(checkpoint), self._model_type, output_dir=str(self._eval_dir))
-        check_matches_checkpoint(self._model, checkpointer.config, str(checkpoint / "config.json"))
         self._model.load_state_dict(checkpointer.load_checkpoint()["model"], strict=True)
 
     def evaluate(self) -> None:

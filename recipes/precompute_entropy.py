@@ -25,11 +25,11 @@ from omegaconf import DictConfig
 from torchtune import config, training, utils
 from tqdm import tqdm
 
+from entrodrop import devices
 from entrodrop.config import cli, schemas
 from entrodrop.data.fingerprints import entropy_cache_key
 from entrodrop.data.sample_store import SampleStore, SampleStoreWriter, sample_table
-from entrodrop.method.entropy import Throughput, shard_entropies
-from entrodrop.models.hf_config import check_matches_checkpoint
+from entrodrop.method.entropy import Throughput, kept_shards, shard_entropies
 
 log = utils.get_logger("INFO")
 
@@ -39,11 +39,11 @@ class PrecomputeEntropyRecipe:
 
     def __init__(self, cfg: DictConfig) -> None:
         schemas.check(cfg, schemas.PRECOMPUTE, schemas.PRECOMPUTE_RULES, "precompute")
-        self._device = utils.get_device(cfg.device)
+        self._device = devices.get_device(cfg.device)  # refuses a device torch cannot use
         self._dtype = training.get_dtype(cfg.dtype, device=self._device)
         self._distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
         if self._distributed:
-            dist.init_process_group("nccl" if self._device.type == "cuda" else "gloo")
+            dist.init_process_group(devices.process_group_backend(self._device))
         self._world_size, self._rank = utils.get_world_size_and_rank()
         self._batch_size = cfg.batch_size
         self._chunk_size = cfg.chunk_size
@@ -80,7 +80,6 @@ class PrecomputeEntropyRecipe:
             return
         with training.set_default_dtype(self._dtype), self._device:
             model = config.instantiate(cfg.model)
-        check_matches_checkpoint(model, checkpointer.config, f"{cfg.checkpointer.checkpoint_dir}/config.json")
         model.load_state_dict(checkpointer.load_checkpoint()["model"], strict=True)
         if cfg.compile:
             # Per layer, as training compiles: layerwise_hidden_states calls the layers one by one.
@@ -118,7 +117,7 @@ class PrecomputeEntropyRecipe:
             dist.destroy_process_group()
 
 
-@cli.parse
+@cli.parse(kept=lambda cfg: kept_shards(cfg.cache_dir))  # what Ctrl-C leaves
 def recipe_main(cfg: DictConfig) -> None:
     recipe = PrecomputeEntropyRecipe(cfg)
     recipe.setup(cfg)

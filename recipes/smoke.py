@@ -23,8 +23,8 @@ from omegaconf import DictConfig
 from torchtune import config, training, utils
 from torchtune.modules import TransformerSelfAttentionLayer
 
+from entrodrop import devices
 from entrodrop.config import cli, schemas
-from entrodrop.models.hf_config import check_matches_checkpoint
 
 log = utils.get_logger("INFO")
 
@@ -35,10 +35,10 @@ class SmokeRecipe:
     def __init__(self, cfg: DictConfig) -> None:
         schemas.check(cfg, schemas.SMOKE, schemas.SMOKE_RULES, "smoke")
         self._distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
-        self._device = utils.get_device(cfg.device)
+        self._device = devices.get_device(cfg.device)  # refuses a device torch cannot use
         self._dtype = training.get_dtype(cfg.dtype, device=self._device)
         if self._distributed:
-            dist.init_process_group("cuda:nccl,cpu:gloo" if self._device.type == "cuda" else "gloo")
+            dist.init_process_group(devices.process_group_backend(self._device))
         self._world_size, self._rank = utils.get_world_size_and_rank()
         self._seq_len = cfg.seq_len
         self._max_windows = cfg.max_windows
@@ -53,7 +53,6 @@ class SmokeRecipe:
         checkpointer = config.instantiate(cfg.checkpointer)
         with training.set_default_dtype(self._dtype), self._device:
             model = config.instantiate(cfg.model)
-        check_matches_checkpoint(model, checkpointer.config, f"{cfg.checkpointer.checkpoint_dir}/config.json")
         model.load_state_dict(checkpointer.load_checkpoint()["model"], strict=True)
         if self._distributed:
             training.shard_model(

@@ -29,13 +29,13 @@ from torchtune import config, utils
 from entrodrop.config import cli, schemas
 from entrodrop.data.fingerprints import store_key
 from entrodrop.data.store_plans import plan_corpus
-from entrodrop.data.token_stores import write_token_store
+from entrodrop.data.token_stores import kept_stores, write_token_store
 from entrodrop.errors import CorpusError, SourceError
 
 log = utils.get_logger("INFO")
 
 
-@cli.parse
+@cli.parse(kept=lambda cfg: kept_stores(cfg.corpora))  # what Ctrl-C leaves
 def recipe_main(cfg: DictConfig) -> None:
     schemas.check(cfg, schemas.TOKENIZE, schemas.TOKENIZE_RULES, "tokenize")
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1

@@ -16,6 +16,14 @@ puts first on ``sys.path``:
 anyway. ``recipes/__init__.py`` refuses to run when the package imported is still not the one
 beside the file given to ``tune run``. A recipe in a folder of another name
 (``tune run my_recipes/run.py``) needs none of this.
+
+In a ``tune run`` and the processes torchrun starts for one (no other process: they read nothing
+more at start-up), the same line runs ``started`` of this checkout's
+``entrodrop/config/tune_run.py``: a recipe given by an absolute, ``./`` or ``../`` path, which
+torchtune cannot import as a module, runs as the file it names, and Ctrl-C outside the recipe's
+main (the launcher, the imports) ends with status 130 and no traceback. The file is run by its path
+(``runpy.run_path``), not imported as ``entrodrop.config.tune_run``: a second checkout that lacks
+it, first on ``sys.path`` in its own directory, would fail at every start.
 """
 
 import sysconfig
@@ -23,15 +31,17 @@ from pathlib import Path
 
 PTH_NAME = "entrodrop_repo_first.pth"
 
-# A .pth line starting with "import" is executed at start-up (it must be one line).
+# A .pth line starting with "import" is executed at start-up (it must be one line, so the
+# test for `tune run` or a process torchrun started, which started() makes again, is an `and`).
 LINE = ("import os, sys; sys.path.insert(0, (lambda cwd: cwd if os.path.isfile(os.path.join(cwd, 'recipes', "
-        "'__init__.py')) else {root!r})(os.getcwd()))\n")
+        "'__init__.py')) else {root!r})(os.getcwd())); (sys.argv[1:2] == ['run'] or 'TORCHELASTIC_RUN_ID' in "
+        "os.environ) and os.path.isfile({hook!r}) and __import__('runpy').run_path({hook!r})['started'](sys.argv)\n")
 
 
 def main() -> None:
     root = Path(__file__).resolve().parent.parent
     pth = Path(sysconfig.get_paths()["purelib"]) / PTH_NAME
-    pth.write_text(LINE.format(root=str(root)))
+    pth.write_text(LINE.format(root=str(root), hook=str(root / "entrodrop" / "config" / "tune_run.py")))
     print(f"{pth}: the working directory's recipes/ if it has one, else {root}, precede site-packages")
 
 

@@ -164,6 +164,24 @@ def _unknown(path: str, known: Sequence[str], renamed: Mapping[str, str]) -> str
     return f"unknown key: {path}{hint}"
 
 
+def whole_config_problem(cfg: Any) -> Optional[str]:
+    """Why ``cfg`` is no config at all (empty, a list, keys that are not names), or None.
+
+    Said once: checked key by key, such a config is every key of the schema missing.
+
+    Example:
+        >>> whole_config_problem(OmegaConf.create([1, 2]))
+        'the config is a list, not a mapping of keys to values (key: value lines, as in the files under configs/)'
+    """
+    if not isinstance(cfg, Mapping):
+        kind = "a list" if isinstance(cfg, Sequence) and not isinstance(cfg, str) else f"{cfg!r}"
+        return f"the config is {kind}, not a mapping of keys to values (key: value lines, as in the files under configs/)"
+    if not cfg:
+        return "the config is empty (it holds no key): give a recipe's config, e.g. one under configs/"
+    not_names = [key for key in cfg if not isinstance(key, str)]  # YAML reads `1:` as a number
+    return f"the key {not_names[0]} is not a name (keys are names, such as seed)" if not_names else None
+
+
 def check_config(cfg: DictConfig, schema: Mapping[str, Any], prefix: str = "",
                  renamed: Optional[Mapping[str, str]] = None) -> List[str]:
     """Every missing key, unknown key and invalid value of ``cfg`` against ``schema``.

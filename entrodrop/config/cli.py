@@ -1,19 +1,24 @@
 """How the recipes read their command line and report a mistake: ``@cli.parse`` in place of
 torchtune's ``@config.parse``.
 
-It parses ``--config`` and the ``key=value`` overrides exactly as torchtune does, with three
+It parses ``--config`` and the ``key=value`` overrides exactly as torchtune does, with these
 changes:
 
 - ``key={}`` empties a mapping. OmegaConf merges a dictionary into the YAML's, so in torchtune
   ``evaluation.lm_eval.tasks={}`` silently keeps every task; here it means no task.
 - A config file that is not valid YAML (a tab, a duplicate key, an unclosed bracket) is one
   ``ConfigError`` naming the file, line and column; so is a command-line value that is not (an
-  unclosed ``{`` or ``[``), naming the override and how to quote it (``read_config``).
+  unclosed ``{`` or ``[``), naming the override and how to quote it, and a file that is empty
+  or a list, not a mapping of names (``read_config``).
 - An error a user can fix (``entrodrop.errors.EntroDropError``: a config value, a store or
   cache, the output directory, a checkpoint) prints its message alone and exits with status 1;
   in an N-process run, rank 0 alone prints it (torchrun's own report of the failed processes
   follows). ``ENTRODROP_DEBUG=1`` shows the traceback.
   Any other exception is a bug and keeps its traceback.
+- Ctrl-C prints one line, from rank 0, in place of the ``KeyboardInterrupt`` traceback: what the
+  run kept and how to go on, as the recipe says (``parse(kept=...)``), and exits with status 130
+  (``entrodrop.config.tune_run`` does the same around the recipe's main: torchrun's launcher, the
+  imports).
 
 Example:
     >>> from omegaconf import OmegaConf
@@ -25,21 +30,25 @@ Example:
 import argparse
 import functools
 import os
+import signal
 import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, List
+from typing import Any, Callable, Iterator, List, Optional
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import GrammarParseError
 from torchtune.config._parse import TuneRecipeArgumentParser
 from torchtune.config._utils import _merge_yaml_and_cli_args
+from tqdm import tqdm
 
+from entrodrop.config.check import whole_config_problem
+from entrodrop.config.tune_run import DEBUG_ENV, INTERRUPTED, INTERRUPTED_EXIT, debugging
 from entrodrop.errors import ConfigError, EntroDropError
+from entrodrop.launch import end_with_launcher
 
-DEBUG_ENV = "ENTRODROP_DEBUG"
 # How long a rank other than 0 waits to be stopped before it prints its own error.
 RANK_ZERO_GRACE_S = 10.0
 
@@ -53,13 +62,42 @@ def emptied(cfg: DictConfig, overrides: List[str]) -> DictConfig:
     return cfg
 
 
+def interrupted(kept: Callable[[], Optional[str]]) -> str:
+    """The line printed when Ctrl-C stops a run: ``kept()``, what the run kept and how to go on,
+    where it says. It is read from the disk as the run stopped; one that fails (Ctrl-C before the
+    config was checked, so a key it reads may be missing) says nothing, as a traceback here would."""
+    try:
+        said = kept()
+    except Exception:
+        said = None
+    return f"{INTERRUPTED}: {said}" if said else INTERRUPTED
+
+
+def _close_progress_bars() -> None:
+    """Close the open tqdm progress bars (tqdm keeps them in ``tqdm._instances``): a bar left open
+    draws itself again as the process exits, below the line that says what Ctrl-C kept."""
+    for bar in list(getattr(tqdm, "_instances", ())):
+        bar.close()
+
+
 @contextmanager
-def reported() -> Iterator[None]:
-    """Turn an ``EntroDropError`` into its message on stderr (rank 0 only) and exit status 1."""
+def reported(kept: Callable[[], Optional[str]] = lambda: None) -> Iterator[None]:
+    """Turn an ``EntroDropError`` into its message on stderr (rank 0 only) and exit status 1, and
+    Ctrl-C into one line (``interrupted``, rank 0 only) and exit status 130."""
     try:
         yield
+    except KeyboardInterrupt:
+        if debugging():
+            raise
+        # A second SIGINT would interrupt this report with a traceback: torchrun passes the one it
+        # got on to every process, and a user may press Ctrl-C twice.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        _close_progress_bars()
+        if int(os.environ.get("RANK", "0")) == 0:
+            print(interrupted(kept), file=sys.stderr, flush=True)
+        sys.exit(INTERRUPTED_EXIT)
     except EntroDropError as error:
-        if os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+        if debugging():
             raise
         rank = int(os.environ.get("RANK", "0"))
         if rank:
@@ -109,13 +147,19 @@ def _tab_at(mark) -> bool:
     return mark.line < len(lines) and lines[mark.line][mark.column : mark.column + 1] == "\t"
 
 
+def _config_file(parser: TuneRecipeArgumentParser) -> str:
+    """The path given to ``--config``, by argparse alone (torchtune's parse also loads the file)."""
+    return argparse.ArgumentParser.parse_known_args(parser)[0].config
+
+
 def read_config(parser: TuneRecipeArgumentParser) -> DictConfig:
     """The config of ``--config`` and the ``key=value`` overrides, as torchtune's ``config.parse``
     reads it, with ``key={}`` an empty mapping (``emptied``).
 
     Raises:
-        ConfigError: a config file that does not exist or is not valid YAML (its file, line and
-            column), or an override that is not ``key=value`` or whose value is not valid YAML.
+        ConfigError: a config file that does not exist, is not valid YAML (its file, line and
+            column) or holds no mapping of names (empty, a list: ``whole_config_problem``), or an
+            override that is not ``key=value`` or whose value is not valid YAML.
     """
     try:
         yaml_args, cli_args = parser.parse_known_args()
@@ -129,6 +173,16 @@ def read_config(parser: TuneRecipeArgumentParser) -> DictConfig:
         raise ConfigError(f"--config {name} is not valid YAML: {yaml_problem(e)}{tab}") from None
     except ValueError as e:  # torchtune's "Additional flag arguments not supported"
         raise ConfigError(str(e)) from None
+    except (TypeError, AssertionError):  # torchtune's set_defaults(**file), and its assert that no key is config
+        path = _config_file(parser)
+        loaded = OmegaConf.load(path)
+        why = whole_config_problem(loaded) or ("a key named config is --config's own name: remove it"
+                                               if "config" in loaded else None)
+        if why is None:
+            raise
+        raise ConfigError(f"--config {path}: {why}") from None
+    if not vars(yaml_args):  # the file's keys; an empty file reached the recipe as a config without any
+        raise ConfigError(f"--config {_config_file(parser)}: {whole_config_problem({})}")
     for arg in cli_args:  # each override alone, so the one that is not YAML is named
         try:
             _merge_yaml_and_cli_args(argparse.Namespace(), [arg])
@@ -147,14 +201,21 @@ def read_config(parser: TuneRecipeArgumentParser) -> DictConfig:
         raise ConfigError(str(e)) from None
 
 
-def parse(recipe_main: Callable[[DictConfig], Any]) -> Callable[[], Any]:
-    """torchtune's ``config.parse``, with ``key={}`` as an empty mapping and errors as messages."""
+def parse(recipe_main: Optional[Callable[[DictConfig], Any]] = None, *,
+          kept: Optional[Callable[[DictConfig], str]] = None) -> Callable[[], Any]:
+    """torchtune's ``config.parse``, with ``key={}`` as an empty mapping and errors as messages.
+    ``@parse(kept=f)``: on Ctrl-C, ``f(cfg)`` says what the run kept and how to go on."""
+    if recipe_main is None:
+        return functools.partial(parse, kept=kept)
 
     @functools.wraps(recipe_main)
     def wrapper() -> Any:
+        end_with_launcher()  # a process torchrun started ends with its launcher, even a SIGKILLed one
         parser = TuneRecipeArgumentParser(description=recipe_main.__doc__,
                                           formatter_class=argparse.RawDescriptionHelpFormatter)
-        with reported():
-            return recipe_main(read_config(parser))
+        cfg = None
+        with reported(lambda: kept(cfg) if kept and cfg is not None else None):
+            cfg = read_config(parser)
+            return recipe_main(cfg)
 
     return wrapper

@@ -30,6 +30,7 @@ from entrodrop.config.check import (
     optional,
     positive_number,
     string,
+    whole_config_problem,
 )
 from entrodrop.data.corpus import LONG_SAMPLES
 from entrodrop.data.rendering import FIRST_USER_TURN, STYLES, UNKNOWN_ROLES, template_fields
@@ -181,6 +182,15 @@ def _checkpoint_dir(cfg: DictConfig) -> List[str]:
     return [f"checkpointer.checkpoint_dir={path} holds no Hugging Face checkpoint (config.json missing)"]
 
 
+def _model_matches_checkpoint(cfg: DictConfig) -> List[str]:
+    """Each field where the model of ``model:`` differs from the checkpoint's config.json: read on
+    the meta device, so another size is named here, not as a shape error once the weights load."""
+    from entrodrop.models.hf_config import model_config_problems
+
+    path = Path(cfg.checkpointer.checkpoint_dir) / "config.json"
+    return model_config_problems(cfg.model, [str(path)]) if path.is_file() else []  # else _checkpoint_dir says
+
+
 def _batch_split(cfg: DictConfig) -> List[str]:
     if cfg.global_batch_size % cfg.gradient_accumulation_steps:
         return [f"global_batch_size={cfg.global_batch_size} is not a multiple of "
@@ -210,12 +220,9 @@ def model_max_seq_len(model_cfg: DictConfig) -> Optional[int]:
     """The longest sequence the model of ``model_cfg`` takes (its RoPE table's length), read from
     the model built on the meta device: no weight is allocated, and a builder without a
     ``max_seq_len`` argument (``qwen3_0_6b``, ``llama3_1_8b``) is read too. None if it has none."""
-    import torch
-    from torchtune import config
+    from entrodrop.models.hf_config import built_on_meta
 
-    with torch.device("meta"):
-        model = config.instantiate(model_cfg)
-    return getattr(model, "max_seq_len", None)
+    return getattr(built_on_meta(model_cfg), "max_seq_len", None)
 
 
 def _lengths_fit(lengths: Mapping[str, Optional[int]], model_cfg: DictConfig) -> List[str]:
@@ -367,6 +374,7 @@ TRAINING_RULES: List[Rule] = [
     (["output_dir", "checkpointer", "metric_logger"], _output_dirs),
     (["loss"], _loss_package),
     (["checkpointer"], _checkpoint_dir),
+    (["model", "checkpointer"], _model_matches_checkpoint),
     (["global_batch_size", "gradient_accumulation_steps"], _batch_split),
     (["optimizer"], _optimizer_values),
     (["model", "data.seq_len", "evaluation.lm_eval"], _training_lengths),
@@ -563,6 +571,7 @@ def _precompute_lengths(cfg: DictConfig) -> List[str]:
 
 PRECOMPUTE_RULES: List[Rule] = [
     (["checkpointer"], _checkpoint_dir),
+    (["model", "checkpointer"], _model_matches_checkpoint),
     (["pack_len", "target_tokens"], _pack_len_holds_a_sample),
     (["model", "pack_len", "target_tokens"], _precompute_lengths),
 ]
@@ -579,22 +588,37 @@ SMOKE = {
 SMOKE_RULES: List[Rule] = [
     (["output_dir"], lambda cfg: _writable_dir("output_dir", cfg.output_dir)),
     (["checkpointer"], _checkpoint_dir),
+    (["model", "checkpointer"], _model_matches_checkpoint),
     (["tokenizer"], lambda cfg: _missing_files(cfg, True)),
     (["model", "seq_len"], lambda cfg: _lengths_fit({"seq_len": cfg.seq_len}, cfg.model)),
 ]
 
 
+_ABSENT = object()
+
+
+def _present(cfg: DictConfig, key: str) -> bool:
+    """Whether the dotted ``key`` is in ``cfg``: a section that is missing (or is not a mapping)
+    holds none of its keys, and its problem names the section, not ``key``."""
+    return OmegaConf.select(cfg, key, default=_ABSENT, throw_on_missing=False,
+                            throw_on_resolution_failure=False) is not _ABSENT
+
+
 def check_rules(cfg: DictConfig, rules: List[Rule], problems: List[str]) -> List[str]:
-    """The problems of each rule whose keys have none yet (see the module docs)."""
+    """The problems of each rule whose keys are all there and have none yet (see the module docs)."""
     found = []
     for keys, rule in rules:
-        if not any(key in line for key in keys for line in problems):
+        if all(_present(cfg, key) for key in keys) and not any(key in line for key in keys for line in problems):
             found += rule(cfg)
     return found
 
 
 def check(cfg: DictConfig, schema: dict, rules: List[Rule], what: str) -> None:
-    """``check_config`` then the rules; raise one ``ConfigError`` listing everything."""
+    """``check_config`` then the rules; raise one ``ConfigError`` listing everything. A config that
+    is empty or a list is one problem (``whole_config_problem``), not every key missing."""
+    whole = whole_config_problem(cfg)
+    if whole:
+        raise_problems([whole], what)
     problems = check_config(cfg, schema, renamed=RENAMED)
     raise_problems(problems + check_rules(cfg, rules, problems), what)
 

@@ -6,7 +6,8 @@ written by recipes/tokenize_corpus.py, so training never tokenizes). A store dir
 
     manifest.json        what the store was computed from (fingerprints of the model
                          checkpoint, tokenizer and corpus, max_seq_len), its kind, the shard
-                         size, and "complete": true once every shard is in place
+                         size, and "complete": true once every shard is in place, with the
+                         size of every file below ("file_sizes")
     samples.npy          per sample: token count and 64-bit hash of its token ids
                          (written when the store is completed)
     shard-00000/         <kind>.npy, the shard's samples concatenated (NaN entropy for a
@@ -15,7 +16,9 @@ written by recipes/tokenize_corpus.py, so training never tokenizes). A store dir
 
 A shard directory is built under a temporary name and renamed into place when whole, so a
 killed run never leaves a shard a reader could take for complete; the next run keeps the
-finished shards and computes the rest. Readers refuse a store that is not complete.
+finished shards and computes the rest. Readers refuse a store that is not complete, or one
+with a file missing or not of its recorded size (``check_store_files``, before any compute);
+the same command that wrote the store writes those shards again.
 
 A manifest says what a store was written with, not what its files hold now: a token id edited
 in a shard keeps the manifest. ``SampleStore.check_tokens`` reads a token store back, hashes
@@ -27,12 +30,12 @@ import os
 import shutil
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from entrodrop.data.corpus import token_hash, token_hashes
-from entrodrop.errors import CacheMismatchError
+from entrodrop.errors import CacheMismatchError, MissingFileError
 from entrodrop.temp_paths import temp_dir
 
 STORE_VERSION = 1
@@ -48,6 +51,16 @@ KINDS = {
 _MAX_OPEN_FILES = 64
 _HASH_BLOCK_TOKENS = 1 << 20  # read while hashing a shard: 4 MiB of int32, 8 MiB as int64
 _MAX_SHARDS_NAMED = 5
+_MAX_FILES_NAMED = 10
+# kind -> what to do about a missing or cut file: the command that wrote the store, run again
+# (its writer takes such a shard for pending, SampleStoreWriter.pending_shards).
+_REWRITE = {
+    "entropy": "re-run recipes/precompute_entropy.py with the same config (the same cache_dir): it writes these "
+               "files again, computing only their shards, and keeps the others",
+    "tokens": "re-run recipes/tokenize_corpus.py with the same config: it tokenizes the corpus again and writes "
+              "these files again, keeping the others (tokenizing is deterministic: an entropy cache of this store "
+              "still fits; recipes/verify_entropy_cache.py checks)",
+}
 
 
 
@@ -75,8 +88,9 @@ def _refuse_other_store(store_dir: Path, old: Dict[str, Any], expected: Dict[str
 
 
 def store_complete(store_dir: str, kind: str, key: Dict[str, Any], source: Optional[Dict[str, Any]] = None) -> bool:
-    """Whether ``store_dir`` holds this store complete (False: nothing yet, or the same store
-    unfinished). Checked before any work, so a directory that holds another store is refused
+    """Whether ``store_dir`` holds this store complete and whole (False: nothing yet, the same
+    store unfinished, or finished with a file since missing or cut, which the writer writes
+    again). Checked before any work, so a directory that holds another store is refused
     before anything is computed for it.
 
     Raises:
@@ -87,7 +101,7 @@ def store_complete(store_dir: str, kind: str, key: Dict[str, Any], source: Optio
         return False
     old = json.loads(manifest_path.read_text())
     _refuse_other_store(Path(store_dir), old, {"kind": kind, "key": key, "source": source})
-    return old["complete"]
+    return old["complete"] and not store_file_problems(Path(store_dir), old)
 
 
 def sample_table(samples: Sequence[Sequence[int]]) -> np.ndarray:
@@ -99,6 +113,53 @@ def sample_table(samples: Sequence[Sequence[int]]) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------- checks
+
+
+def _shard_files(kind: str, shard: int) -> List[str]:
+    """A shard's files, relative to the store directory."""
+    return [f"{_shard_name(shard)}/{kind}.npy", f"{_shard_name(shard)}/{SAMPLES}"]
+
+
+def _store_files(kind: str, num_shards: int) -> List[str]:
+    """Every file of a complete store, relative to its directory: the table, then shard by shard."""
+    return [SAMPLES] + [name for shard in range(num_shards) for name in _shard_files(kind, shard)]
+
+
+def _file_problem(path: Path, size: Optional[int]) -> Optional[str]:
+    """What is wrong with a file a manifest names: missing, or not of the ``size`` it was written
+    with. ``size`` None: not recorded (a store not finished yet, or finished before sizes were
+    recorded), so only that the file exists is checked, and such stores still open."""
+    if not path.is_file():
+        return f"{path}: missing" + (f" (written with {size} bytes)" if size is not None else "")
+    have = path.stat().st_size
+    return f"{path}: {have} bytes, written with {size}" if size is not None and have != size else None
+
+
+def store_file_problems(store_dir: Path, manifest: Dict[str, Any]) -> List[str]:
+    """Each file the complete store ``manifest`` describes that is missing or not of its recorded
+    size, one line each (a ``stat`` a file: milliseconds for thousands of shards)."""
+    sizes = manifest.get("file_sizes", {})
+    return [problem for name in _store_files(manifest["kind"], manifest["num_shards"])
+            if (problem := _file_problem(store_dir / name, sizes.get(name)))]
+
+
+def check_store_files(store_dir: Path, manifest: Dict[str, Any]) -> None:
+    """Raise unless every file the complete store ``manifest`` describes is on disk at the size it
+    was written with. Every reader opens a store through this (``SampleStore``), so verify,
+    training, evaluation and the precompute all stop here, before any compute: a deleted shard
+    file used to open fine and end a run at the first batch that read it, a cut one to read short.
+
+    Raises:
+        MissingFileError: names each such file (the first ``_MAX_FILES_NAMED``), its recorded
+            size, and the command that writes it again.
+    """
+    problems = store_file_problems(store_dir, manifest)
+    if problems:
+        more = [f"and {len(problems) - _MAX_FILES_NAMED} more"] if len(problems) > _MAX_FILES_NAMED else []
+        raise MissingFileError(
+            f"the {KINDS[manifest['kind']][0]} at {store_dir} is missing files its manifest names, or has them at "
+            "another size than written:\n  " + "\n  ".join(problems[:_MAX_FILES_NAMED] + more)
+            + f"\nFix: {_REWRITE[manifest['kind']]}")
 
 
 def _first_differing_sample(cached: np.ndarray, current: np.ndarray) -> Optional[str]:
@@ -148,6 +209,18 @@ def _shard_name(shard: int) -> str:
     return f"shard-{shard:05d}"
 
 
+def shards_written(store_dir: str) -> Optional[Tuple[int, int, bool]]:
+    """(shards on disk, shards in all, complete) of the store begun in ``store_dir``; None where
+    none was begun (no manifest). What a run stopped part way leaves, for the line it prints: a
+    shard is on disk whole or not at all (it is renamed into place)."""
+    manifest_path = Path(store_dir) / MANIFEST
+    if not manifest_path.exists():
+        return None
+    manifest = json.loads(manifest_path.read_text())
+    done = sum((Path(store_dir) / _shard_name(s)).is_dir() for s in range(manifest["num_shards"]))
+    return done, manifest["num_shards"], manifest["complete"]
+
+
 class SampleStoreWriter:
     """Creates a store directory, or resumes one a killed run left, and fills it shard by shard.
 
@@ -177,8 +250,11 @@ class SampleStoreWriter:
         self.samples_per_shard = samples_per_shard
         self.num_shards = max(1, -(-num_samples // samples_per_shard))
         manifest_path = self.dir / MANIFEST
+        self._sizes: Dict[str, int] = {}  # each file's size, where a finished store recorded it
         if manifest_path.exists():
-            _refuse_other_store(self.dir, json.loads(manifest_path.read_text()), self._manifest(complete=False))
+            old = json.loads(manifest_path.read_text())
+            _refuse_other_store(self.dir, old, self._manifest(complete=False))
+            self._sizes = old.get("file_sizes", {})
         elif create:
             self.dir.mkdir(parents=True, exist_ok=True)
             _write_json_atomic(manifest_path, self._manifest(complete=False))
@@ -200,8 +276,11 @@ class SampleStoreWriter:
         }
 
     def pending_shards(self) -> List[int]:
-        """Shards not yet on disk, in order."""
-        return [s for s in range(self.num_shards) if not (self.dir / _shard_name(s)).exists()]
+        """Shards not on disk whole, in order: not written yet, or, in a store resumed after it
+        was finished, with a file since deleted or cut (``_file_problem``). Every process lists
+        the same ones: the files and the manifest are not touched until the first shard is written."""
+        return [s for s in range(self.num_shards)
+                if any(_file_problem(self.dir / name, self._sizes.get(name)) for name in _shard_files(self.kind, s))]
 
     def shard_samples(self, shard: int) -> range:
         start = shard * self.samples_per_shard
@@ -219,6 +298,8 @@ class SampleStoreWriter:
         tmp = temp_dir(self.dir, f".{_shard_name(shard)}.tmp-")  # the user's umask, not mkdtemp's 0700
         np.save(tmp / f"{self.kind}.npy", flat)
         np.save(tmp / SAMPLES, table)
+        if (self.dir / _shard_name(shard)).exists():  # a shard with a file missing or cut: written again whole
+            shutil.rmtree(self.dir / _shard_name(shard))
         os.replace(tmp, self.dir / _shard_name(shard))
 
     def finalize(self) -> None:
@@ -228,7 +309,8 @@ class SampleStoreWriter:
             raise RuntimeError(f"cannot finalize {self.dir}: shards {missing[:8]} are missing")
         table = np.concatenate([np.load(self.dir / _shard_name(s) / SAMPLES) for s in range(self.num_shards)])
         np.save(self.dir / SAMPLES, table)
-        manifest = {**self._manifest(complete=True), "num_tokens": int(table["length"].sum())}
+        sizes = {name: (self.dir / name).stat().st_size for name in _store_files(self.kind, self.num_shards)}
+        manifest = {**self._manifest(complete=True), "num_tokens": int(table["length"].sum()), "file_sizes": sizes}
         _write_json_atomic(self.dir / MANIFEST, manifest)
 
 
@@ -262,6 +344,7 @@ class SampleStore:
     Raises:
         FileNotFoundError: no store at ``store_dir``.
         CacheMismatchError: the store is incomplete (a run that did not finish), or of another kind.
+        MissingFileError: a file the manifest names is missing or cut (``check_store_files``).
     """
 
     def __init__(self, store_dir: str, kind: str) -> None:
@@ -275,6 +358,7 @@ class SampleStore:
             raise CacheMismatchError(f"{store_dir} is a store of {self.manifest['kind']!r}, not of {kind!r}")
         if not self.manifest["complete"]:
             raise CacheMismatchError(f"the {name} at {store_dir} is incomplete: rerun {recipe} to finish it")
+        check_store_files(self.dir, self.manifest)
         self.kind = kind
         self.key = self.manifest["key"]
         self.table = np.load(self.dir / SAMPLES)

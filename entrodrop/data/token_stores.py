@@ -23,12 +23,12 @@ import os
 import shutil
 from itertools import islice
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional
 
 import numpy as np
 
 from entrodrop.data.corpus import sample_pieces
-from entrodrop.data.sample_store import SampleStoreWriter, sample_table, store_complete
+from entrodrop.data.sample_store import SampleStoreWriter, sample_table, shards_written, store_complete
 from entrodrop.data.selection import RowBudget, rows_within_budget
 from entrodrop.data.store_plans import StorePlan
 from entrodrop.errors import SourceError
@@ -198,3 +198,20 @@ def _assemble(plan: StorePlan, key: Dict[str, Any], parts: Path, num_blocks: int
     if plan.max_tokens is not None or plan.max_samples is not None:
         lines.append(f"{plan.name}: {budget.describe()} ({len(row_tokens)} rows read)")
     return lines + [f"{plan.name}: token store complete at {plan.store_dir}"]
+
+
+def kept_stores(corpora: Mapping[str, Mapping[str, Any]]) -> str:
+    """What a tokenize run stopped by Ctrl-C keeps and how to go on, for the one line the recipe
+    prints (``entrodrop.config.cli.reported``): the finished stores of ``corpora`` (the config's),
+    and the others, which the same command writes, going on from the blocks it had tokenized
+    (``.parts-<key>``: the same config, the same key)."""
+    stores = [(entry[key], f"corpora.{name}{', validation' if key == 'validation_store_dir' else ''}")
+              for name, entry in corpora.items() for key in ("store_dir", "validation_store_dir") if entry.get(key)]
+    done = {d: (shards_written(d) or (0, 0, False))[2] for d, _ in stores}  # complete, as its manifest says
+    finished = [f"{d} ({what})" for d, what in stores if done[d]]
+    to_write = [f"{d} ({what})" for d, what in stores if not done[d]]
+    kept = (f"kept the finished token store{'s' * (len(finished) > 1)} {', '.join(finished)}" if finished
+            else "no token store was finished yet")
+    if not to_write:
+        return f"{kept}; nothing is left to write"
+    return f"{kept}; run the same command again to write {', '.join(to_write)} (it goes on from the blocks already tokenized)"

@@ -28,7 +28,7 @@ from torchtune.modules import TransformerDecoder
 from entrodrop.checkpointing import damaged_weights, find_weight_files
 from entrodrop.data.fingerprints import fingerprint_checkpoint
 from entrodrop.data.packing import IGNORE_INDEX, TARGET, block_causal_mask, pack_rows
-from entrodrop.data.sample_store import MANIFEST
+from entrodrop.data.sample_store import MANIFEST, shards_written
 from entrodrop.errors import CacheMismatchError, CheckpointError
 from entrodrop.models.head import fp32_logits, layerwise_hidden_states, output_weight
 
@@ -314,3 +314,14 @@ def check_cache_model(checkpoint_dir: str, *cache_dirs: Optional[str]) -> None:
                 f"checkpointer.checkpoint_dir={checkpoint_dir} (fingerprint {now}): point checkpoint_dir at the model "
                 "that computed it, or re-run recipes/precompute_entropy.py with this one into a new cache_dir "
                 "(recipes/verify_entropy_cache.py names everything that differs)")
+
+
+def kept_shards(cache_dir: str) -> str:
+    """What a precompute stopped by Ctrl-C keeps and how to go on, for the one line the recipe
+    prints (``entrodrop.config.cli.reported``): the shards written (each is whole: it is renamed
+    into place), which the same command keeps, computing the others."""
+    done, total, _ = shards_written(cache_dir) or (0, 0, False)
+    if done == 0:
+        return f"no shard of the entropy cache {cache_dir} was written yet; run the same command again to compute it"
+    return (f"{done} of {total} shards of the entropy cache {cache_dir} are written and kept; run the same command "
+            f"again (the same cache_dir) to compute the other {total - done}")

@@ -3,13 +3,20 @@
 Two uses: writing the ``config.json`` of a checkpoint we create (the tiny test models), and
 checking that the model a YAML config builds describes the checkpoint being loaded, so a
 mismatch is an error that names the field rather than a shape error deep in
-``load_state_dict``.
+``load_state_dict``. ``model_config_problems`` reads the YAML's model off its build on the meta
+device, so the config check finds a mismatch before any weight is read or allocated.
 """
 
-from typing import Any, Dict
+import json
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
+import torch
 from torch import nn
+from torchtune import config as tune_config
 from torchtune.modules import TiedLinear
+
+from entrodrop.errors import ConfigError
 
 # builder argument -> config.json field, shared by Qwen3 and Llama3.1
 _COMMON = {
@@ -72,13 +79,17 @@ def describe(model: nn.Module) -> Dict[str, Any]:
     }
 
 
-def check_matches_checkpoint(model: nn.Module, config: Dict[str, Any], config_path: str) -> None:
-    """Raise one ``ValueError`` naming every field where ``model`` disagrees with ``config.json``.
+def built_on_meta(model_cfg: Mapping[str, Any]) -> nn.Module:
+    """The model a YAML ``model:`` entry builds, on the meta device: its shapes, no weight allocated."""
+    with torch.device("meta"):
+        return tune_config.instantiate(model_cfg)
 
-    This turns a YAML ``model:`` entry that does not describe the checkpoint (another size,
-    another family) into an error before any weight is loaded. Fields that ``config.json``
-    leaves out take Hugging Face's defaults: ``head_dim = hidden_size // num_attention_heads``
-    and untied embeddings.
+
+def differences(model: nn.Module, config: Dict[str, Any]) -> Dict[str, Tuple[Any, Any]]:
+    """config.json field -> (``model``'s value, ``config``'s) for each field where they differ.
+
+    Fields that ``config.json`` leaves out take Hugging Face's defaults:
+    ``head_dim = hidden_size // num_attention_heads`` and untied embeddings.
     """
     expected = {
         "head_dim": config["hidden_size"] // config["num_attention_heads"],
@@ -88,12 +99,46 @@ def check_matches_checkpoint(model: nn.Module, config: Dict[str, Any], config_pa
     # transformers 5 writes the rotary base inside "rope_parameters".
     if "rope_theta" in config.get("rope_parameters", {}):
         expected["rope_theta"] = config["rope_parameters"]["rope_theta"]
-    problems = [
-        f"{field}: model has {value}, {config_path} says {expected[field]}"
-        for field, value in describe(model).items()
-        if field in expected and value != expected[field]
-    ]
+    return {field: (value, expected[field]) for field, value in describe(model).items()
+            if field in expected and value != expected[field]}
+
+
+def check_matches_checkpoint(model: nn.Module, config: Dict[str, Any], config_path: str) -> None:
+    """Raise one ``ConfigError`` naming every field where the built ``model`` disagrees with
+    ``config.json`` (``differences``)."""
+    problems = [f"{field}: model has {ours}, {config_path} says {theirs}"
+                for field, (ours, theirs) in differences(model, config).items()]
     if problems:
-        raise ValueError(
-            "the model in the config does not match the checkpoint:\n  " + "\n  ".join(problems)
-        )
+        raise ConfigError("the model in the config does not match the checkpoint:\n  " + "\n  ".join(problems))
+
+
+# config.json field -> the builder argument that sets it (Llama 3.1's builders take a subset)
+_ARGUMENT_OF = {hf: arg for arg, hf in _FIELDS["QWEN3"].items()}
+
+
+def _problem(model_cfg: Mapping[str, Any], field: str, ours: Any, theirs: Any, config_path: str) -> str:
+    """One differing field, named by the builder argument that sets it where the YAML gives it."""
+    arg = _ARGUMENT_OF[field]
+    if model_cfg.get(arg, None) == ours:
+        return (f"model.{arg}={ours}, but {config_path} has {field}: {theirs} (set model.{arg}={theirs}, or use a "
+                "checkpoint of this model)")
+    return (f"model._component_={model_cfg['_component_']} builds {field}={ours}, but {config_path} has {field}: "
+            f"{theirs} (use the builder of the checkpoint's model, or a checkpoint of this one)")
+
+
+def model_config_problems(model_cfg: Mapping[str, Any], config_paths: Sequence[str]) -> List[str]:
+    """Every field where the model of ``model_cfg`` (a YAML ``model:`` entry) differs from each
+    ``config.json`` of ``config_paths``, one line each, or nothing.
+
+    The model is built on the meta device, so this runs with the config check: a model of
+    another size than the checkpoint is named field by field before its weights are read. A
+    config.json equal to one already compared (the checkpoints of one run) is not compared again.
+    """
+    model, seen, problems = built_on_meta(model_cfg), [], []
+    for path in config_paths:
+        config = json.loads(Path(path).read_text())
+        if config not in seen:
+            seen.append(config)
+            problems += [_problem(model_cfg, field, ours, theirs, path)
+                         for field, (ours, theirs) in differences(model, config).items()]
+    return problems

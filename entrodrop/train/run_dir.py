@@ -17,7 +17,7 @@ import re
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -28,12 +28,14 @@ from entrodrop.checkpointing import (
     latest_checkpoint,
 )
 from entrodrop.data.loader import num_training_steps
-from entrodrop.errors import ConfigError, NoCheckpointError, OutputDirError
+from entrodrop.errors import CheckpointError, ConfigError, NoCheckpointError, OutputDirError
+from entrodrop.train.run_lock import LOCK_NAME
 
 # Files a logger writes before the first step: torchtune's copy of the config (written by
 # log_config at set-up, and rewritten by every run). A run that failed before its first step
-# leaves it and an empty log file, and no logged step: not an earlier run to protect.
-_NOT_A_LOGGED_STEP = ("torchtune_config.yaml",)
+# leaves it and an empty log file, and no logged step: not an earlier run to protect. Nor is the
+# run's lock (run_lock), where the logs are written into output_dir itself.
+_NOT_A_LOGGED_STEP = ("torchtune_config.yaml", LOCK_NAME)
 
 # What a kill during a save leaves in a checkpoint directory, by the step it was saving:
 # .step_<N>.tmp-<x>   HFCheckpointer.save_checkpoint's checkpoint, not yet whole;
@@ -72,8 +74,8 @@ def earlier_run(checkpoint_dir: str, log_dir: str, eval_dir: str) -> List[str]:
 
 def _logged(log_dir: Path) -> List[Path]:
     """The files under ``log_dir`` that hold something a run logged: not empty, and not the copy
-    of the config a logger writes at set-up (``_NOT_A_LOGGED_STEP``). A run that failed before its
-    first step (a bad value found at the first forward pass) leaves none."""
+    of the config a logger writes at set-up, nor the run's lock (``_NOT_A_LOGGED_STEP``). A run
+    that failed before its first step (a bad value found at the first forward pass) leaves none."""
     if not log_dir.is_dir():
         return []
     return sorted(p for p in log_dir.rglob("*")
@@ -125,16 +127,43 @@ def clear_earlier_run(cfg: DictConfig, found: List[str]) -> List[str]:
 
 
 def resume_run(cfg: DictConfig, config: Dict[str, Any], may_change: Sequence[str], added: Dict[str, Any],
-               removed: Sequence[str] = ()) -> Tuple[Dict[str, Any], Path]:
+               removed: Sequence[str] = (), world_size: Optional[int] = None) -> Tuple[Dict[str, Any], Path]:
     """``resume_state`` for a training config (``resume: True``): its latest checkpoint's state
     and directory, once the config ``config`` (``plain(cfg)``) matches the checkpoint's but for
     ``may_change`` (keys ``added`` since take their values), and its step fits the budget
     (``num_training_steps``). ``removed`` is what ``remove_killed_saves`` removed first, named
-    with the rest of the directory when there is no checkpoint to resume."""
+    with the rest of the directory when there is no checkpoint to resume. ``world_size``: the
+    processes of the distributed recipe resuming it, None for the single-device recipe; the
+    checkpoint must have been written by the same (``check_written_by``)."""
     output_dir, checkpoints, log_dir = _run_dirs(cfg)
     found = earlier_run(checkpoints, log_dir or "", Path(output_dir) / "eval") + list(removed)
     num_steps = num_training_steps(cfg.total_tokens, cfg.global_batch_size, cfg.data.seq_len)
-    return resume_state(checkpoints, config, num_steps, may_change, found, added)
+    state, resume_dir = resume_state(checkpoints, config, num_steps, may_change, found, added)
+    check_written_by(state, resume_dir, world_size)
+    return state, resume_dir
+
+
+# How each training recipe is run again on its checkpoint, for the message when the other one is.
+_SINGLE_DEVICE = "tune run recipes/entrodrop_single_device.py"
+_DISTRIBUTED = "tune run --nproc_per_node {n} recipes/entrodrop_distributed.py"
+
+
+def check_written_by(state: Dict[str, Any], resume_dir: Path, world_size: Optional[int]) -> None:
+    """A ``ConfigError`` in one line unless the recipe state ``state`` was written by the recipe
+    resuming it: the distributed recipe (``world_size`` processes) saves one generator state per
+    process, a list; the single-device recipe one, a mapping (a tensor before the CUDA state was
+    saved). Their optimizer states differ too, so the other recipe's would fail deep in loading."""
+    saved = state["rng"]
+    if world_size is None and isinstance(saved, list):
+        raise ConfigError(f"{resume_dir} was written by recipes/entrodrop_distributed.py with {len(saved)} processes, "
+                          f"not the single-device recipe: resume it with `{_DISTRIBUTED.format(n=len(saved))} "
+                          f"--config <your config> resume=True`")
+    if world_size is not None and not isinstance(saved, list):
+        raise ConfigError(f"{resume_dir} was written by recipes/entrodrop_single_device.py, not the distributed recipe: "
+                          f"resume it with `{_SINGLE_DEVICE} --config <your config> resume=True`")
+    if world_size is not None and len(saved) != world_size:
+        raise ConfigError(f"{resume_dir} was saved by {len(saved)} processes; resume with as many "
+                          f"(`{_DISTRIBUTED.format(n=len(saved))} ...`)")
 
 
 def resume_state(checkpoint_dir: str, config: Dict[str, Any], num_steps: int,
@@ -151,7 +180,9 @@ def resume_state(checkpoint_dir: str, config: Dict[str, Any], num_steps: int,
     resume_dir = latest_checkpoint(checkpoint_dir)
     if resume_dir is None:
         raise NoCheckpointError(_nothing_to_resume(checkpoint_dir, found))
-    state = torch.load(resume_dir / RECIPE_STATE_FNAME, weights_only=False, mmap=True)
+    state = _read_state(resume_dir)
+    if isinstance(state, str):
+        raise CheckpointError(_damaged_state(checkpoint_dir, resume_dir, state))
     if "config" not in state:
         raise ConfigError(f"{resume_dir} was written by an older version that kept no config: resume it with that one")
     problems = differences(state["config"], config, may_change, added=added)
@@ -163,6 +194,37 @@ def resume_state(checkpoint_dir: str, config: Dict[str, Any], num_steps: int,
                           + "\nResume with the checkpoint's values, or start a new run in another output_dir. "
                           f"These may change on resume: {', '.join(may_change)}")
     return state, resume_dir
+
+
+def _read_state(checkpoint: Path) -> Union[Dict[str, Any], str]:
+    """``checkpoint``'s recipe state (memory-mapped), or why it cannot be read (a file cut short
+    by a copy or a full disk fails to open: torch reads a zip file's directory at its end)."""
+    try:
+        return torch.load(checkpoint / RECIPE_STATE_FNAME, weights_only=False, mmap=True)
+    except Exception as error:  # noqa: BLE001  (whatever torch or pickle raise, the file is unreadable)
+        return " ".join(f"{type(error).__name__}: {error}".split())
+
+
+def _damaged_state(checkpoint_dir: str, newest: Path, why: str) -> str:
+    """What to do when the newest checkpoint's recipe state cannot be read: move the damaged
+    checkpoints (it, and any newer than the newest intact one) out of ``checkpoint_dir`` and resume
+    again, which continues from the newest intact one. Nothing is deleted or moved here: the
+    damaged file may be the one a user can still copy again whole."""
+    steps = list(reversed(_steps(Path(checkpoint_dir))))  # newest first
+    damaged, intact = [newest], None
+    for step in steps[steps.index(newest) + 1:]:
+        if isinstance(_read_state(step), str):
+            damaged.append(step)
+        else:
+            intact = step
+            break
+    move = "; ".join(f"mv {d} {Path(checkpoint_dir).parent / (d.name + '.damaged')}" for d in damaged)
+    then = (f"then resume=True continues from {intact.name}, the newest intact checkpoint" if intact else
+            "no older checkpoint can be read either: start again with resume=False overwrite=True (it moves this "
+            "run aside)")
+    return (f"resume=True, but {newest / RECIPE_STATE_FNAME} cannot be read ({why}): the checkpoint is damaged (a copy "
+            f"cut short, a full disk), and nothing was changed. Copy it again whole if you have it; or move "
+            f"{'it' if len(damaged) == 1 else 'the damaged ones'} out of {checkpoint_dir} ({move}), {then}")
 
 
 def _nothing_to_resume(checkpoint_dir: str, found: Sequence[str]) -> str:
@@ -229,6 +291,21 @@ def resumable(checkpoint_dir: str) -> bool:
         root.is_dir() and any(_restorable(p) for p in root.iterdir()))
 
 
+def kept_checkpoint(cfg: DictConfig) -> str:
+    """What a training run stopped by Ctrl-C keeps and how to go on, for the one line the recipes
+    print (``entrodrop.config.cli.reported``): its last whole checkpoint (a save that Ctrl-C stopped
+    is none: saves are atomic) and ``resume=True``; with none, how to start again, as
+    ``refuse_earlier_run`` will ask once the run has logged a step."""
+    output_dir, checkpoints, log_dir = _run_dirs(cfg)
+    last = latest_checkpoint(checkpoints)
+    if last is not None:
+        return f"the last checkpoint written is {last}; run the same command with resume=True to continue from it"
+    if earlier_run(checkpoints, log_dir or "", Path(output_dir) / "eval"):
+        return ("no checkpoint was written yet, so the run cannot be resumed; run the same command with "
+                "overwrite=True to start again (it moves what this run logged aside)")
+    return "no checkpoint was written yet; run the same command again to start over"
+
+
 def rng_state(device: torch.device) -> Dict[str, Optional[torch.Tensor]]:
     """The global generators a training step draws from, for a checkpoint: the CPU's and, on
     CUDA, the device's. Hidden dropout on a GPU draws from the CUDA generator (and so does a
@@ -250,7 +327,7 @@ def set_rng_state(state: Dict[str, Optional[torch.Tensor]], device: torch.device
 
 def move_aside(output_dir: str, paths: Sequence[str]) -> List[Path]:
     """Rename ``output_dir`` (and each of ``paths`` outside it) to ``<name>.replaced-<time>``;
-    returns the new names. Nothing is deleted."""
+    returns the new names. Nothing is deleted. The run's lock stays where it is (``_move``)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     root = Path(output_dir).resolve()
     targets = [root] + [Path(p).resolve() for p in paths
@@ -259,9 +336,22 @@ def move_aside(output_dir: str, paths: Sequence[str]) -> List[Path]:
     for path in targets:
         if path.exists():
             new = path.with_name(f"{path.name}.replaced-{stamp}")
-            os.replace(path, new)
+            _move(path, new)
             moved.append(new)
     return moved
+
+
+def _move(path: Path, new: Path) -> None:
+    """Rename ``path`` to ``new``; a directory holding the run's lock (``run_lock.LOCK_NAME``) keeps
+    it: the rest moves entry by entry. Moved with the rest, the lock would leave ``path`` unlocked,
+    and a second run could start there beside the one that holds it."""
+    if not (path / LOCK_NAME).exists():
+        os.replace(path, new)
+        return
+    new.mkdir()
+    for entry in path.iterdir():
+        if entry.name != LOCK_NAME:
+            os.replace(entry, new / entry.name)
 
 
 def best_checkpoint(eval_dir: str) -> Optional[str]:

@@ -1,8 +1,13 @@
 """The recipes' command line (entrodrop.config.cli): `key={}` empties a mapping, and an error a user can
-fix prints its message alone, once, from rank 0; any other error keeps its traceback."""
+fix prints its message alone, once, from rank 0; any other error keeps its traceback. Ctrl-C prints one
+line, what the recipe kept, and exits with status 130."""
+
+import io
+import signal
 
 import pytest
 from omegaconf import OmegaConf
+from tqdm import tqdm
 
 from entrodrop.config import cli
 from entrodrop.errors import ConfigError
@@ -78,3 +83,81 @@ def test_tasks_emptied_on_the_command_line_leave_no_task(tiny_assets, tune_run, 
                       "evaluation.lm_eval.tasks={}", "evaluation.validation.target_tokens=null")
     assert result.returncode == 1
     assert "evaluation.lm_eval.tasks are empty: nothing to evaluate" in result.stderr, result.stderr[-2000:]
+
+
+@pytest.mark.parametrize("text, says", [
+    ("", "the config is empty (it holds no key): give a recipe's config, e.g. one under configs/"),
+    ("# only a comment\n", "the config is empty (it holds no key): give a recipe's config, e.g. one under configs/"),
+    ("- seed: 0\n- device: cpu\n", "the config is a list, not a mapping of keys to values (key: value lines, as in "
+                                   "the files under configs/)"),
+    ("1: a\nseed: 0\n", "the key 1 is not a name (keys are names, such as seed)"),
+    ("config: a.yaml\nseed: 0\n", "a key named config is --config's own name: remove it"),
+])
+def test_a_config_file_that_holds_no_mapping_of_names_is_one_message(tmp_path, monkeypatch, text, says):
+    """torchtune's parser raised TypeError (a list, a number as key) or AssertionError (a key config); an empty
+    file reached the recipe as a config without keys, where a rule read a missing section."""
+    from torchtune.config._parse import TuneRecipeArgumentParser
+
+    (tmp_path / "bad.yaml").write_text(text)
+    monkeypatch.setattr("sys.argv", ["recipe", "--config", str(tmp_path / "bad.yaml"), "seed=1"])
+    with pytest.raises(ConfigError) as e:
+        cli.read_config(TuneRecipeArgumentParser())
+    assert str(e.value) == f"--config {tmp_path / 'bad.yaml'}: {says}"
+
+
+@pytest.fixture
+def sigint_handler_restored():
+    """``reported`` ignores a second Ctrl-C while it reports the first: give pytest its handler back."""
+    handler = signal.getsignal(signal.SIGINT)
+    yield
+    signal.signal(signal.SIGINT, handler)
+
+
+def interrupt(kept):
+    with cli.reported(kept):
+        raise KeyboardInterrupt
+
+
+def test_ctrl_c_prints_one_line_of_what_was_kept_and_exits_with_130(capsys, monkeypatch, sigint_handler_restored):
+    monkeypatch.delenv(cli.DEBUG_ENV, raising=False)
+    monkeypatch.delenv("RANK", raising=False)
+    with pytest.raises(SystemExit) as exit:
+        interrupt(lambda: "the last checkpoint written is out/step_4")
+    assert exit.value.code == 130  # what a shell reports for a command stopped by Ctrl-C
+    assert capsys.readouterr().err == "interrupted (Ctrl-C): the last checkpoint written is out/step_4\n"
+    # torchrun passes its own SIGINT on to each process: it must not interrupt the report
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    for says_nothing in (lambda: None, lambda: {}["cache_dir"]):  # Ctrl-C before the config was checked
+        with pytest.raises(SystemExit):
+            interrupt(says_nothing)
+        assert capsys.readouterr().err == "interrupted (Ctrl-C)\n"
+    bar_output = io.StringIO()
+    bar = tqdm(total=10, file=bar_output)
+    bar.update(2)
+    with pytest.raises(SystemExit):  # a bar left open would draw itself again below the line, at exit
+        interrupt(lambda: "kept")
+    assert bar_output.getvalue().endswith("it/s]\n")  # closed: its last state, then a newline
+    assert capsys.readouterr().err == "interrupted (Ctrl-C): kept\n"
+    monkeypatch.setenv("RANK", "1")  # rank 0 alone says it
+    with pytest.raises(SystemExit) as exit:
+        interrupt(lambda: "kept")
+    assert exit.value.code == 130 and capsys.readouterr().err == ""
+    monkeypatch.setenv(cli.DEBUG_ENV, "1")  # the debug switch: the traceback
+    with pytest.raises(KeyboardInterrupt):
+        interrupt(lambda: "kept")
+
+
+def test_a_recipe_says_from_its_config_what_ctrl_c_kept(tmp_path, monkeypatch, capsys, sigint_handler_restored):
+    monkeypatch.delenv(cli.DEBUG_ENV, raising=False)
+    monkeypatch.delenv("RANK", raising=False)
+    (tmp_path / "c.yaml").write_text("cache_dir: out/entropy\n")
+    monkeypatch.setattr("sys.argv", ["recipe", "--config", str(tmp_path / "c.yaml")])
+
+    @cli.parse(kept=lambda cfg: f"the shards in {cfg.cache_dir} are kept")
+    def recipe_main(cfg):
+        raise KeyboardInterrupt
+
+    with pytest.raises(SystemExit) as exit:
+        recipe_main()
+    assert exit.value.code == 130
+    assert capsys.readouterr().err == "interrupted (Ctrl-C): the shards in out/entropy are kept\n"

@@ -264,3 +264,33 @@ def test_a_plus_before_a_key_says_it_is_not_needed():
     cfg = OmegaConf.merge(OmegaConf.load(TINY_TRAINING), OmegaConf.from_dotlist(["+seed=3"]))
     assert training_problems(cfg) == [
         "unknown key: +seed (drop the +: an override key=value sets a key whether or not the YAML has it)"]
+
+
+@pytest.mark.parametrize("config, schema, rules, sections", [
+    (TINY_TRAINING, schemas.TRAINING, schemas.TRAINING_RULES, ["token_dropout"]),
+    (TINY_TRAINING, schemas.TRAINING, schemas.TRAINING_RULES, ["data"]),
+    (TINY_TRAINING, schemas.TRAINING, schemas.TRAINING_RULES, ["token_dropout", "data", "evaluation"]),
+    (TINY_EVALUATE, schemas.EVALUATE, schemas.EVALUATE_RULES, ["evaluation"]),
+])
+def test_a_missing_section_is_listed_once_and_no_rule_reads_it(config, schema, rules, sections):
+    """A rule read cfg.token_dropout... of a config without it: omegaconf's ConfigAttributeError."""
+    cfg = OmegaConf.load(config)
+    for section in sections:
+        del cfg[section]
+    with pytest.raises(ConfigError) as e:
+        schemas.check(cfg, schema, rules, "test")
+    lines = str(e.value).splitlines()
+    for section in sections:
+        assert lines.count(f"  missing key: {section}") == 1, lines
+        assert not any(line.startswith(f"  missing key: {section}.") for line in lines), lines
+
+
+@pytest.mark.parametrize("cfg, says", [
+    (OmegaConf.create({}), "the config is empty (it holds no key): give a recipe's config, e.g. one under configs/"),
+    (OmegaConf.create(["seed", "output_dir"]), "the config is a list, not a mapping of keys to values (key: value "
+                                                "lines, as in the files under configs/)"),
+])
+def test_a_config_that_is_empty_or_a_list_is_one_problem_not_every_key_missing(cfg, says):
+    with pytest.raises(ConfigError) as e:
+        schemas.check(cfg, schemas.TRAINING, schemas.TRAINING_RULES, "EntroDrop")
+    assert str(e.value) == f"invalid EntroDrop config (1 problem):\n  {says}"

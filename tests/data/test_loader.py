@@ -1,5 +1,6 @@
 """The mixed, packed training stream: ratio, epochs, ranks, exact resume, the entropy join."""
 
+import json
 import shutil
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from entrodrop.data.packing import (
     block_causal_mask,
 )
 from entrodrop.data.sample_store import SampleStore, sample_table, write_store
-from entrodrop.errors import CacheMismatchError
+from entrodrop.errors import CacheMismatchError, MissingFileError
 from entrodrop.models.qwen3._component_builders import qwen3
 from entrodrop.models.qwen3._model_builders import qwen3_tokenizer
 
@@ -189,9 +190,34 @@ def test_a_cut_token_shard_is_refused(stores, tmp_path):
     paths = stores[0]
     shutil.copytree(paths["target"], tmp_path / "t")
     shard = tmp_path / "t" / "shard-00001" / "tokens.npy"
+    size = shard.stat().st_size
     np.save(shard, np.load(shard)[:-1])
+    # The manifest records each file's size: the store does not open.
+    with pytest.raises(CacheMismatchError, match=f"{shard}: {size - 4} bytes, written with {size}"):
+        build_loader(str(tmp_path / "t"), paths["entropy"], paths["general"], SEQ_LEN, 4, 0.6, 0)
+    # A store written before sizes were recorded: the token count tells.
+    manifest = json.loads((tmp_path / "t" / "manifest.json").read_text())
+    del manifest["file_sizes"]
+    (tmp_path / "t" / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(CacheMismatchError, match=f"{shard} holds .* tokens, but its samples 16 to 31 have"):
         build_loader(str(tmp_path / "t"), paths["entropy"], paths["general"], SEQ_LEN, 4, 0.6, 0)
+
+
+def test_a_deleted_entropy_shard_file_is_named_before_the_first_batch(stores, tmp_path):
+    """Before, the loader built, and the run died with FileNotFoundError at the first batch that
+    drew from the shard (after the model had loaded; a gloo error with two processes)."""
+    paths = stores[0]
+    shutil.copytree(paths["entropy"], tmp_path / "e")
+    shard = tmp_path / "e" / "shard-00002" / "entropy.npy"
+    size = shard.stat().st_size
+    shard.unlink()
+    with pytest.raises(MissingFileError) as err:
+        build_loader(paths["target"], str(tmp_path / "e"), paths["general"], SEQ_LEN, 4, 0.6, 0)
+    assert str(err.value) == (
+        f"the entropy cache at {tmp_path / 'e'} is missing files its manifest names, or has them at another size "
+        f"than written:\n  {shard}: missing (written with {size} bytes)\nFix: re-run recipes/precompute_entropy.py "
+        "with the same config (the same cache_dir): it writes these files again, computing only their shards, and "
+        "keeps the others")
 
 
 def test_the_token_table_is_the_one_the_store_was_written_with(stores):

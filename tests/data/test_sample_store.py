@@ -17,9 +17,9 @@ from safetensors.torch import load_file, save_file
 
 from entrodrop.data.corpus import read_corpus, read_texts, token_hash, tokenize_corpus
 from entrodrop.data.fingerprints import fingerprint_checkpoint, store_key
-from entrodrop.data.sample_store import SampleStore, SampleStoreWriter, sample_table
+from entrodrop.data.sample_store import SampleStore, SampleStoreWriter, sample_table, write_store
 from entrodrop.data.store_plans import jsonl_description
-from entrodrop.errors import CacheMismatchError, CorpusError
+from entrodrop.errors import CacheMismatchError, CorpusError, MissingFileError
 from entrodrop.method.entropy import sample_entropies
 from entrodrop.models.qwen3._model_builders import qwen3_tokenizer
 
@@ -268,6 +268,107 @@ def test_writer_and_reader_handle_empty_samples(tmp_path):
 def test_missing_cache_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no entropy cache at .*run recipes/precompute_entropy.py"):
         SampleStore(str(tmp_path), "entropy")
+
+
+TINY_SAMPLES = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [10]]
+DAMAGED = {
+    "entropy": ("the entropy cache at {} is missing files its manifest names, or has them at another size than "
+                "written:", "Fix: re-run recipes/precompute_entropy.py with the same config (the same cache_dir): it "
+                "writes these files again, computing only their shards, and keeps the others"),
+    "tokens": ("the token store at {} is missing files its manifest names, or has them at another size than written:",
+               "Fix: re-run recipes/tokenize_corpus.py with the same config: it tokenizes the corpus again and writes "
+               "these files again, keeping the others (tokenizing is deterministic: an entropy cache of this store "
+               "still fits; recipes/verify_entropy_cache.py checks)"),
+}
+
+
+def tiny_values(kind: str) -> list:
+    if kind == "tokens":
+        return [np.asarray(s, np.int32) for s in TINY_SAMPLES]
+    return [np.r_[np.nan, np.arange(1, len(s))] for s in TINY_SAMPLES]
+
+
+def tiny_store(store_dir: Path, kind: str) -> SampleStore:
+    """``TINY_SAMPLES`` (or entropies of their lengths), one sample a shard."""
+    key = {"model": "m" if kind == "entropy" else None, "tokenizer": "t", "corpus": "c", "max_seq_len": 8}
+    return write_store(str(store_dir), kind, key, tiny_values(kind), sample_table(TINY_SAMPLES), samples_per_shard=1)
+
+
+def cut(path: Path, num_bytes: int = 1) -> int:
+    """Cut ``num_bytes`` off the end of a file, as a copy that stopped early would; its size before."""
+    size = path.stat().st_size
+    os.truncate(path, size - num_bytes)
+    return size
+
+
+@pytest.mark.parametrize("kind", ["entropy", "tokens"])
+def test_a_missing_or_cut_store_file_is_named_with_its_size_and_the_fix(tmp_path, kind):
+    """Before, a deleted shard file opened fine and training died at the first batch that read
+    it; a cut one read short. Now the store does not open, and every such file is named."""
+    store = tiny_store(tmp_path, kind)
+    missing, shortened = store.shard_file(2), tmp_path / "shard-00001" / "samples.npy"
+    size = missing.stat().st_size
+    missing.unlink()
+    was = cut(shortened)
+    with pytest.raises(MissingFileError) as err:
+        SampleStore(str(tmp_path), kind)
+    header, fix = DAMAGED[kind]
+    assert str(err.value) == "\n".join([header.format(tmp_path), f"  {shortened}: {was - 1} bytes, written with {was}",
+                                        f"  {missing}: missing (written with {size} bytes)", fix])
+    assert isinstance(err.value, FileNotFoundError) and isinstance(err.value, CacheMismatchError)
+
+
+def test_a_store_written_before_sizes_were_recorded_opens_and_names_a_missing_file(tmp_path):
+    """A manifest without ``file_sizes`` (written before they were recorded) is checked for the
+    files it names only: such a store still opens, and a missing file is named."""
+    store = tiny_store(tmp_path, "entropy")
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    del manifest["file_sizes"]
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    cut(store.shard_file(0), 2)  # one fp16 value: its size was not recorded, so it is not checked
+    assert len(SampleStore(str(tmp_path), "entropy")) == 4
+    (tmp_path / "samples.npy").unlink()
+    with pytest.raises(MissingFileError) as err:
+        SampleStore(str(tmp_path), "entropy")
+    header, fix = DAMAGED["entropy"]
+    assert str(err.value) == "\n".join([header.format(tmp_path), f"  {tmp_path / 'samples.npy'}: missing", fix])
+
+
+@pytest.mark.parametrize("kind", ["entropy", "tokens"])
+def test_a_resumed_writer_rewrites_the_missing_and_cut_shards_and_keeps_the_others(tmp_path, kind):
+    """What the precompute (and the tokenizer's assembly) does when run again on a damaged store:
+    the shards with a missing or cut file are pending, on every process, and written again whole;
+    the store comes out as it was."""
+    store = tiny_store(tmp_path, kind)
+    before = cache_files(tmp_path)
+    kept = store.shard_file(3).stat().st_mtime_ns
+    store.shard_file(1).unlink()
+    cut(tmp_path / "shard-00002" / "samples.npy")
+    (tmp_path / "samples.npy").unlink()
+    writer = SampleStoreWriter(str(tmp_path), kind, store.key, 4, samples_per_shard=1, create=True)
+    other_process = SampleStoreWriter(str(tmp_path), kind, store.key, 4, samples_per_shard=1, create=False)
+    assert writer.pending_shards() == other_process.pending_shards() == [1, 2]
+    for shard in writer.pending_shards():
+        writer.write_shard(shard, [tiny_values(kind)[shard]], sample_table([TINY_SAMPLES[shard]]))
+    writer.finalize()
+    assert cache_files(tmp_path) == before
+    assert store.shard_file(3).stat().st_mtime_ns == kept
+    assert len(SampleStore(str(tmp_path), kind)) == 4
+
+
+def test_verify_command_names_a_deleted_shard_file_and_exits_1(reference_cache, target_tokens, tune_run, tmp_path):
+    """Before, verify said "matches" of a cache with a deleted shard file, and training then died
+    at the first batch that read it."""
+    cache = tmp_path / "cache"
+    shutil.copytree(reference_cache, cache)
+    shard = cache / "shard-00002" / "entropy.npy"
+    size = shard.stat().st_size
+    shard.unlink()
+    result = tune_run("recipes/verify_entropy_cache.py", "--config", CONFIG, f"cache_dir={cache}", target_tokens[256])
+    assert result.returncode == 1, result.stderr[-3000:]
+    header, fix = DAMAGED["entropy"]
+    assert "\n".join([header.format(cache), f"  {shard}: missing (written with {size} bytes)", fix]) in result.stderr
+    assert "Traceback" not in result.stderr and "matches" not in result.stderr
 
 
 def test_corpus_errors_name_file_and_line(tmp_path):

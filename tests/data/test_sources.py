@@ -994,6 +994,20 @@ def test_a_rerun_finds_the_stores_complete_and_another_seed_is_refused(recipe_st
     assert tree(run["out"]) == before
 
 
+def test_a_rerun_writes_a_deleted_or_cut_file_of_a_complete_store_again(files, tok, tmp_path):
+    """What the token store's error says to do: the same config again. Before, the rerun found the
+    store complete and wrote nothing, and the store stayed broken."""
+    entry = {"path": str(files["rstar"]["json"]), "text_field": "question", "store_dir": str(tmp_path / "code")}
+    write(entry, tok, name="code")
+    before = tree(tmp_path / "code")
+    (tmp_path / "code" / "shard-00001" / "tokens.npy").unlink()
+    cut = tmp_path / "code" / "shard-00003" / "samples.npy"
+    cut.write_bytes(cut.read_bytes()[:-1])
+    lines = write(entry, tok, name="code")
+    assert lines[-1] == f"corpora.code: token store complete at {tmp_path / 'code'}", lines
+    assert tree(tmp_path / "code") == before
+
+
 def test_a_killed_run_resumed_with_another_samples_per_shard_loses_no_row(tok, tmp_path):
     """Parts are blocks of samples_per_shard rows: a run killed after its first block and rerun
     with another samples_per_shard must not take that block for one of the new size."""

@@ -2,6 +2,7 @@
 exact shares, losses from whole or chunked logits, one rank or two."""
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -85,6 +86,20 @@ def two_valued_validation(root):
     tokens = write_store(str(root / "tokens"), "tokens", key, samples, sample_table(samples), 4)
     entropy = write_store(str(root / "entropy"), "entropy", {**key, "model": "m"}, entropies, sample_table(samples), 4)
     return tokens, entropy
+
+
+def test_open_validation_names_a_cut_entropy_shard_before_any_model_loads(tmp_path):
+    """Before, a cut shard file opened and read short at the first evaluation."""
+    from entrodrop.errors import MissingFileError
+    from entrodrop.eval.validation import open_validation
+
+    _, entropy = two_valued_validation(tmp_path)
+    shard = entropy.shard_file(1)
+    size = shard.stat().st_size
+    os.truncate(shard, size - 2)
+    with pytest.raises(MissingFileError) as err:
+        open_validation(str(tmp_path / "tokens"), str(tmp_path / "entropy"))
+    assert f"\n  {shard}: {size - 2} bytes, written with {size}\nFix: re-run recipes/precompute_entropy.py" in str(err.value)
 
 
 def hand_buckets(entropy):

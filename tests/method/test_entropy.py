@@ -17,7 +17,7 @@ from entrodrop.checkpointing import HFCheckpointer
 from entrodrop.config import schemas
 from entrodrop.config.check import check_config
 from entrodrop.data.corpus import tokenize_corpus
-from entrodrop.data.sample_store import SampleStore, SampleStoreWriter
+from entrodrop.data.sample_store import SampleStore, SampleStoreWriter, sample_table
 from entrodrop.errors import ConfigError
 from entrodrop.method import entropy
 from entrodrop.method.entropy import (
@@ -334,3 +334,17 @@ def test_every_precompute_config_has_every_key_and_rows_that_hold_its_samples(pa
         tokenize = OmegaConf.load(REPO / header[0].split("--config ")[1].split()[0])
         assert cfg.pack_len >= tokenize.max_seq_len, path
     assert not cfg.compile or cfg.pack_len is not None, f"{path}: compile with pack_len null recompiles per length"
+
+
+def test_ctrl_c_says_how_many_shards_of_the_cache_are_kept(tmp_path):
+    """What the one line printed on Ctrl-C says a precompute kept (entrodrop.config.cli.reported)."""
+    cache = tmp_path / "entropy"
+    nothing = f"no shard of the entropy cache {cache} was written yet; run the same command again to compute it"
+    assert entropy.kept_shards(str(cache)) == nothing
+    key = {"model": "m", "tokenizer": "t", "corpus": "c", "max_seq_len": 8}
+    writer = SampleStoreWriter(str(cache), "entropy", key, 3, samples_per_shard=1, create=True)
+    assert entropy.kept_shards(str(cache)) == nothing  # the manifest alone: Ctrl-C as the model loaded
+    writer.write_shard(0, [np.zeros(2, np.float16)], sample_table([[1, 2]]))
+    (cache / ".shard-00001.tmp-x").mkdir()  # the shard Ctrl-C stopped: not written
+    assert entropy.kept_shards(str(cache)) == (f"1 of 3 shards of the entropy cache {cache} are written and kept; run "
+                                               "the same command again (the same cache_dir) to compute the other 2")

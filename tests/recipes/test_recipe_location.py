@@ -43,6 +43,19 @@ def test_a_recipe_copied_into_a_users_project_runs(tiny_assets, tmp_path):
     assert json.loads((user / "out" / "smoke.json").read_text())["copy"] == "mine"
 
 
+def test_a_recipe_copied_anywhere_runs_by_its_absolute_path(tiny_assets, tmp_path):
+    """torchtune alone imports `/x/run.py` as the module `.x.run`: "Relative module names not supported"."""
+    user = project(tmp_path / "my_project", "configs", "assets")
+    source = (REPO / "recipes" / "smoke.py").read_text()
+    copy = tmp_path / "elsewhere" / "my_recipe.py"
+    copy.parent.mkdir()
+    copy.write_text(source.replace('"processes":', '"copy": "mine", "processes":'))
+    result = tune_run(user, str(copy))
+    assert result.returncode == 0, f"run `python scripts/link_repo.py` (make does) if this is torchtune's error:\n" \
+                                   f"{result.stderr[-3000:]}"
+    assert json.loads((user / "out" / "smoke.json").read_text())["copy"] == "mine"
+
+
 def test_a_second_checkout_runs_its_own_recipes(tiny_assets, tmp_path):
     """Its own copy of a recipe, and its own edit of one that both checkouts have."""
     second = project(tmp_path / "second", "configs", "assets", "entrodrop")

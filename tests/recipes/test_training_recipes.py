@@ -15,6 +15,8 @@ import pytest
 import torch
 from conftest import REPO, TUNE
 
+from entrodrop.train.run_lock import LOCK_NAME
+
 pytestmark = pytest.mark.recipe  # starts tune run / torchrun / a script in a subprocess
 
 SINGLE = "configs/tiny/qwen3_entrodrop_single_device.yaml"
@@ -75,17 +77,55 @@ def test_two_processes_train_and_evaluate_like_one(data, tune_run, tmp_path):
     assert summary["min_val_loss"] == min(e["val_loss"]["all"] for e in evals["one"])
 
 
+def descendants(pid: int) -> list:
+    """The processes ``pid`` started, and the ones they started, read off each process's parent in /proc."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError):  # it ended while /proc was read
+            continue
+    found, generation = [], [pid]
+    while generation:
+        generation = [child for child, parent in parents.items() if parent in generation]
+        found += generation
+    return found
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` runs; a zombie (it ended, and its new parent has not reaped it yet) does not."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in "ZX"
+    except FileNotFoundError:
+        return False
+
+
 def kill_at_checkpoint(args, out: Path, nproc: int, step: int = 6, last: int = 30) -> None:
-    """Start the run and SIGKILL it as soon as checkpoint ``step_<step>`` exists."""
+    """Start the run and SIGKILL its launcher, as a user would, as soon as checkpoint ``step_<step>``
+    exists. Every process of the run ends with it: with 2, torchrun's workers (each in a session of
+    its own, so no signal to the launcher's group reaches them) are checked by PID."""
     launcher = ["--nproc_per_node", str(nproc)] if nproc > 1 else []
     proc = subprocess.Popen([TUNE, "run", *launcher, *args], cwd=REPO, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
-    deadline = time.monotonic() + 300
-    while proc.poll() is None and not (out / "checkpoints" / f"step_{step}").exists() and time.monotonic() < deadline:
-        time.sleep(0.002)
-    os.killpg(proc.pid, signal.SIGKILL)  # the launcher and every worker
-    proc.wait()
+    workers = []
+    try:
+        deadline = time.monotonic() + 300
+        while proc.poll() is None and not (out / "checkpoints" / f"step_{step}").exists() and time.monotonic() < deadline:
+            time.sleep(0.002)
+        workers = descendants(proc.pid)  # with 1 process, the launcher is the worker
+        assert nproc == 1 or len(workers) >= nproc, f"found {workers} as the workers of {nproc} processes"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 10
+        while any(map(running, workers)) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not [pid for pid in workers if running(pid)], "processes of the run outlived its SIGKILLed launcher"
+    finally:  # a failed test leaves nothing training
+        for pid in [proc.pid, *workers]:
+            if running(pid):
+                os.kill(pid, signal.SIGKILL)
+        proc.wait()
     assert not (out / "checkpoints" / f"step_{last}").exists(), "the run ended before it was killed"
 
 
@@ -242,8 +282,9 @@ def test_checkpoints_load_in_transformers(data, tune_run, tmp_path):
 
 
 def files_of(root: Path) -> dict:
-    """Every file under ``root`` with its size and modification time."""
-    return {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
+    """Every file under ``root`` with its size and modification time, but the run's lock: every run
+    takes it, a refused one too, and names itself in it (entrodrop.train.run_lock)."""
+    return {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file() and p.name != LOCK_NAME}
 
 
 def test_a_used_output_dir_is_refused_and_overwrite_moves_the_old_run_aside(data, tune_run, tmp_path):
@@ -498,3 +539,12 @@ def test_two_processes_killed_and_resumed_train_like_one_with_signal_loss(data, 
     state = lambda out: torch.load(out / "checkpoints" / "step_30" / "recipe_state.pt", weights_only=False)  # noqa: E731
     stores = [state(out)["loss_signal"]["values"].float() for out in (signal_loss_run, killed)]
     torch.testing.assert_close(stores[1], stores[0], rtol=1e-3, atol=1e-3, equal_nan=True)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")
+def test_device_cuda_without_cuda_stops_at_start_up_in_one_line(data, tune_run, tmp_path):
+    # torchtune's get_device("cuda") is the CPU on a CPU build: this config trained on the CPU and exited 0
+    result = tune_run(*train_args(SINGLE, data, tmp_path, "device=cuda"))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "device=cuda, but this torch cannot use a CUDA GPU: torch " in result.stderr
+    assert not (tmp_path / "checkpoints").exists() and not (tmp_path / "logs").exists()

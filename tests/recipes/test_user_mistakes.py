@@ -6,6 +6,7 @@ another model is refused at training start-up as recipes/verify_entropy_cache.py
 (An empty or unreadable ``datasets`` file: tests/data/test_sources.py.)"""
 
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -21,6 +22,7 @@ from safetensors.torch import load_file, save_file
 from entrodrop.config import cli, schemas
 from entrodrop.errors import CacheMismatchError, ConfigError
 from entrodrop.method.entropy import check_cache_model
+from entrodrop.train.run_lock import LOCK_NAME, hold_run_dir
 
 TRAIN = ["recipes/entrodrop_single_device.py", "--config", "configs/tiny/qwen3_entrodrop_single_device.yaml"]
 NO_TASKS = "evaluation.lm_eval.tasks={}"  # fails sooner: no lm-eval index to build
@@ -66,6 +68,19 @@ def test_training_into_an_output_dir_it_cannot_use_is_refused_before_the_model_l
     message = only_the_message(tune_run(*TRAIN, *data, f"output_dir={output_dir}", NO_TASKS))
     assert message.startswith("invalid EntroDrop config (1 problem):\n  output_dir=")
     assert "is a file, not a directory" in message if where == "a file" else "cannot be written" in message
+
+
+def test_a_run_into_an_output_dir_another_live_run_holds_is_refused_in_one_line(data, tune_run, tmp_path):
+    # As a resume=True started while the run it resumes still trains: refused before it looks for a checkpoint.
+    with hold_run_dir(str(tmp_path)):
+        held = (tmp_path / LOCK_NAME).read_text()
+        message = only_the_message(tune_run(*TRAIN, *data, f"output_dir={tmp_path}", "resume=True", NO_TASKS))
+    holder = json.loads(held)
+    message = message.splitlines()[-1]  # one line, after torchtune's report of the seed it set
+    assert message == (f"output_dir={tmp_path} is in use by another run: PID {os.getpid()} on host {holder['host']}, "
+                       f"started {holder['started']}, holds {tmp_path / LOCK_NAME}. Wait for it to end, or stop it, "
+                       "or write elsewhere with another output_dir")
+    assert sorted(tmp_path.iterdir()) == [tmp_path / LOCK_NAME] and (tmp_path / LOCK_NAME).read_text() == held
 
 
 # ---------------------------------------------------------------------------- YAML

@@ -10,7 +10,7 @@ from conftest import REPO
 from omegaconf import OmegaConf
 
 from entrodrop.checkpointing import PROGRESS_FNAME, RECIPE_STATE_FNAME
-from entrodrop.errors import ConfigError, EntroDropError, NoCheckpointError, OutputDirError
+from entrodrop.errors import CheckpointError, ConfigError, EntroDropError, NoCheckpointError, OutputDirError
 from entrodrop.eval.offline import (
     checkpoint_progress,
     checkpoints_to_score,
@@ -21,6 +21,7 @@ from entrodrop.train.run_dir import (
     clear_earlier_run,
     earlier_run,
     find_earlier_run,
+    kept_checkpoint,
     move_aside,
     plain,
     prune_checkpoints,
@@ -33,6 +34,7 @@ from entrodrop.train.run_dir import (
     rng_state,
     set_rng_state,
 )
+from entrodrop.train.run_lock import LOCK_NAME, hold_run_dir
 
 
 def make_checkpoints(root: Path, steps) -> Path:
@@ -257,11 +259,14 @@ def training_cfg(out: Path, **settings):
     return cfg
 
 
-def save_state(cfg, step: int) -> Path:
-    """A checkpoint directory holding only a recipe state, as a run with ``cfg`` saves it."""
+def save_state(cfg, step: int, processes: int = 0) -> Path:
+    """A checkpoint directory holding only a recipe state, as a run with ``cfg`` saves it: the
+    single-device recipe's (one generator state), or the distributed recipe's of ``processes``."""
     path = Path(cfg.checkpointer.output_dir) / f"step_{step}"
     path.mkdir(parents=True)
-    torch.save({"step": step, "config": plain(cfg)}, path / RECIPE_STATE_FNAME)
+    rng = {"cpu": torch.get_rng_state(), "cuda": None}
+    torch.save({"step": step, "config": plain(cfg), "rng": [rng] * processes if processes else rng},
+               path / RECIPE_STATE_FNAME)
     return path
 
 
@@ -287,6 +292,21 @@ def test_a_fresh_run_over_an_earlier_one_is_refused_untouched_or_moves_it_aside(
     [moved] = tmp_path.glob("run.replaced-*")
     assert line == f"overwrite=True: the earlier run was moved to {moved}"
     assert not (tmp_path / "run").exists() and (moved / "checkpoints" / "step_4" / RECIPE_STATE_FNAME).is_file()
+
+
+def test_ctrl_c_names_the_last_checkpoint_or_how_to_start_again(tmp_path):
+    """What the one line printed on Ctrl-C says a training run kept (entrodrop.config.cli.reported)."""
+    cfg = training_cfg(tmp_path / "run")
+    assert kept_checkpoint(cfg) == "no checkpoint was written yet; run the same command again to start over"
+    (tmp_path / "run" / "logs").mkdir(parents=True)
+    (tmp_path / "run" / "logs" / "log_1.txt").write_text("Step 1 | loss:1.0\n")
+    assert kept_checkpoint(cfg) == ("no checkpoint was written yet, so the run cannot be resumed; run the same command "
+                                    "with overwrite=True to start again (it moves what this run logged aside)")
+    save_state(cfg, 2)
+    save_state(cfg, 4)
+    (tmp_path / "run" / "checkpoints" / ".step_6.tmp-x").mkdir()  # the save Ctrl-C stopped: not a checkpoint
+    assert kept_checkpoint(cfg) == (f"the last checkpoint written is {tmp_path}/run/checkpoints/step_4; run the same "
+                                    "command with resume=True to continue from it")
 
 
 def test_resume_counts_the_budget_in_steps_and_names_what_a_killed_save_left(tmp_path):
@@ -320,3 +340,64 @@ def test_pruning_keeps_the_newest_and_the_best_and_says_what_it_pruned(tmp_path)
     assert lines == [f"keep_last_n_checkpoints=1: pruned {checkpoints}/step_8"]
     assert not (Path(checkpoints) / "step_8").exists() and (Path(checkpoints) / "step_4").is_dir()
     assert prune_to_newest_and_best(checkpoints, eval_dir, None, keep_weights=False) == []
+
+
+def test_the_run_lock_is_no_earlier_run_and_overwrite_leaves_it_held(tmp_path):
+    cfg = training_cfg(tmp_path / "run", **{"metric_logger.log_dir": str(tmp_path / "run")})  # logs beside the lock
+    with hold_run_dir(cfg.output_dir):
+        assert find_earlier_run(cfg) == []
+        save_state(cfg, 4)
+        cfg.overwrite = True
+        [line] = clear_earlier_run(cfg, find_earlier_run(cfg))
+        [moved] = tmp_path.glob("run.replaced-*")
+        assert line == f"overwrite=True: the earlier run was moved to {moved}"
+        assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [LOCK_NAME]
+        assert (moved / "checkpoints" / "step_4" / RECIPE_STATE_FNAME).is_file() and not (moved / LOCK_NAME).exists()
+        with pytest.raises(OutputDirError, match="is in use by another run"):  # still held, in the same place
+            hold_run_dir(cfg.output_dir)
+
+
+def test_a_damaged_recipe_state_is_named_with_the_newest_intact_checkpoint_and_nothing_is_touched(tmp_path):
+    cfg = training_cfg(tmp_path / "run", total_tokens=8 * 256 * 10)
+    checkpoints = tmp_path / "run" / "checkpoints"
+    for step in (2, 4, 6):
+        save_state(cfg, step)
+    for step in (4, 6):  # cut short, as a copy or a full disk leaves it
+        state = checkpoints / f"step_{step}" / RECIPE_STATE_FNAME
+        state.write_bytes(state.read_bytes()[:100])
+    before = files_of(tmp_path)
+    with pytest.raises(CheckpointError) as error:
+        resume_run(cfg, plain(cfg), [], {})
+    message = str(error.value)
+    assert "\n" not in message and message.startswith(
+        f"resume=True, but {checkpoints}/step_6/{RECIPE_STATE_FNAME} cannot be read (RuntimeError: ")
+    assert (f"(mv {checkpoints}/step_6 {tmp_path}/run/step_6.damaged; mv {checkpoints}/step_4 "
+            f"{tmp_path}/run/step_4.damaged), then resume=True continues from step_2, the newest intact checkpoint"
+            ) in message
+    assert files_of(tmp_path) == before  # nothing deleted, nothing moved
+    for step in (4, 6):  # the user's move: the run resumes from step_2
+        (checkpoints / f"step_{step}").rename(tmp_path / "run" / f"step_{step}.damaged")
+    assert resume_run(cfg, plain(cfg), [], {})[1] == checkpoints / "step_2"
+    (checkpoints / "step_2" / RECIPE_STATE_FNAME).write_bytes(b"")
+    with pytest.raises(CheckpointError, match="no older checkpoint can be read either: start again with resume=False"):
+        resume_run(cfg, plain(cfg), [], {})
+
+
+def test_a_checkpoint_of_the_other_training_recipe_says_which_recipe_resumes_it(tmp_path):
+    cfg = training_cfg(tmp_path / "run", total_tokens=8 * 256 * 10)
+    save_state(cfg, 2, processes=2)
+    with pytest.raises(ConfigError) as error:  # was: TypeError, list indices must be integers
+        resume_run(cfg, plain(cfg), [], {})
+    assert str(error.value) == (
+        f"{tmp_path}/run/checkpoints/step_2 was written by recipes/entrodrop_distributed.py with 2 processes, not "
+        "the single-device recipe: resume it with `tune run --nproc_per_node 2 recipes/entrodrop_distributed.py "
+        "--config <your config> resume=True`")
+    with pytest.raises(ConfigError, match="saved by 2 processes; resume with as many"):
+        resume_run(cfg, plain(cfg), [], {}, world_size=4)
+    assert resume_run(cfg, plain(cfg), [], {}, world_size=2)[1].name == "step_2"
+    save_state(cfg, 4)
+    with pytest.raises(ConfigError) as error:  # was: KeyError: 0
+        resume_run(cfg, plain(cfg), [], {}, world_size=2)
+    assert str(error.value) == (
+        f"{tmp_path}/run/checkpoints/step_4 was written by recipes/entrodrop_single_device.py, not the distributed "
+        "recipe: resume it with `tune run recipes/entrodrop_single_device.py --config <your config> resume=True`")

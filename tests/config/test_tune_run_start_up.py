@@ -1,0 +1,88 @@
+"""What this environment changes in a `tune run` as it starts (entrodrop.config.tune_run): a recipe
+given by a path torchtune cannot import as a module (absolute, ``./``, ``../``) is run as the file it
+names (run_recipe_file), and Ctrl-C ends the launcher with status 130 and no traceback."""
+
+import signal
+import sys
+
+import pytest
+from torch.distributed.elastic.multiprocessing.api import SignalException
+
+from entrodrop.config import cli, run_recipe_file, tune_run
+
+TUNE = "/venv/bin/tune"
+
+
+@pytest.mark.parametrize("path", ["/tmp/x/my_recipe.py", "../x/my_recipe.py", "./recipes/smoke.py"])
+def test_a_path_torchtune_cannot_import_goes_to_the_runner(path):
+    argv = [TUNE, "run", "--nproc_per_node", "2", path, "--config", "c.yaml", "seed=1"]
+    assert tune_run.redirected(argv) == [TUNE, "run", "--nproc_per_node", "2", tune_run.RUNNER, path,
+                                             "--config", "c.yaml", "seed=1"]
+
+
+@pytest.mark.parametrize("argv", [
+    [TUNE, "run", "recipes/smoke.py", "--config", "/abs/c.yaml"],  # recipes/__init__.py checks this form
+    [TUNE, "run", "my_recipes/run.py", "--config", "c.yaml"],
+    [TUNE, "run", "full_finetune_single_device", "--config", "/abs/c.py"],  # one of torchtune's own
+    [TUNE, "ls"],
+    ["/venv/bin/python", "run", "/tmp/x.py"],
+    ["-c"],
+])
+def test_any_other_command_line_is_left_as_it_is(argv):
+    assert tune_run.redirected(argv) == argv
+
+
+def test_the_runner_runs_the_file_as_main_with_its_arguments(tmp_path, monkeypatch, capsys):
+    script = tmp_path / "my_recipe.py"
+    script.write_text("import sys\nif __name__ == '__main__':\n    print(__file__, sys.argv)\n")
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    run_recipe_file.main(["entrodrop.config.run_recipe_file", str(script), "--config", "c.yaml"])
+    assert capsys.readouterr().out == f"{script} {[str(script), '--config', 'c.yaml']}\n"
+
+
+def test_the_runner_names_a_file_that_is_not_there(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv(cli.DEBUG_ENV, raising=False)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit:
+        run_recipe_file.main(["entrodrop.config.run_recipe_file", "../x/my_recipe.py", "--config", "c.yaml"])
+    assert exit.value.code == 1
+    assert capsys.readouterr().err.startswith(
+        f"tune run ../x/my_recipe.py: there is no file {tmp_path.parent / 'x' / 'my_recipe.py'} (a relative path is "
+        f"taken from the directory tune run starts in, {tmp_path}): check the path\n")
+
+
+def test_ctrl_c_ends_the_launcher_with_130_and_no_traceback(capsys, monkeypatch):
+    monkeypatch.delenv(cli.DEBUG_ENV, raising=False)
+    exits, passed_on = [], []
+    hook = tune_run.quiet_interrupt(lambda kind, error, tb: passed_on.append(kind), exit=exits.append)
+    # torchrun's launcher: it has passed Ctrl-C on to the workers, whose rank 0 says what was kept
+    hook(SignalException, SignalException("Process 1 got signal: 2", sigval=signal.SIGINT), None)
+    assert exits == [130] and capsys.readouterr().err == ""
+    monkeypatch.delenv("RANK", raising=False)
+    hook(KeyboardInterrupt, KeyboardInterrupt(), None)  # before the recipe started: nothing written
+    assert exits == [130, 130] and capsys.readouterr().err == "interrupted (Ctrl-C)\n"
+    monkeypatch.setenv("RANK", "1")  # a worker of torchrun's, in its imports: rank 0 alone says it
+    hook(KeyboardInterrupt, KeyboardInterrupt(), None)
+    assert exits == [130] * 3 and capsys.readouterr().err == ""
+    hook(SignalException, SignalException("Process 1 got signal: 15", sigval=signal.SIGTERM), None)
+    hook(ValueError, ValueError("a bug"), None)
+    assert passed_on == [SignalException, ValueError] and exits == [130] * 3
+    monkeypatch.setenv(cli.DEBUG_ENV, "1")  # the debug switch: the traceback
+    hook(KeyboardInterrupt, KeyboardInterrupt(), None)
+    assert passed_on[-1] is KeyboardInterrupt and exits == [130] * 3
+
+
+def test_only_a_tune_run_is_changed(monkeypatch):
+    before = sys.excepthook
+    monkeypatch.setattr(sys, "excepthook", before)
+    argv = ["python", "run", "/tmp/x.py"]
+    tune_run.started(argv, environ={})
+    assert argv == ["python", "run", "/tmp/x.py"] and sys.excepthook is before
+    argv = [TUNE, "run", "/tmp/x.py", "--config", "c.yaml"]
+    tune_run.started(argv, environ={})
+    assert argv == [TUNE, "run", tune_run.RUNNER, "/tmp/x.py", "--config", "c.yaml"]
+    assert sys.excepthook is not before
+    monkeypatch.setattr(sys, "excepthook", before)
+    argv = ["-m", "--config", "c.yaml"]  # a worker torchrun started, as its start-up line sees it
+    tune_run.started(argv, environ={"TORCHELASTIC_RUN_ID": "none"})
+    assert argv == ["-m", "--config", "c.yaml"] and sys.excepthook is not before
