@@ -16,8 +16,6 @@ from torch import nn
 from torchtune import config as tune_config
 from torchtune.modules import TiedLinear
 
-from entrodrop.errors import ConfigError
-
 # builder argument -> config.json field, shared by Qwen3 and Llama3.1
 _COMMON = {
     "vocab_size": "vocab_size",
@@ -101,15 +99,6 @@ def differences(model: nn.Module, config: Dict[str, Any]) -> Dict[str, Tuple[Any
         expected["rope_theta"] = config["rope_parameters"]["rope_theta"]
     return {field: (value, expected[field]) for field, value in describe(model).items()
             if field in expected and value != expected[field]}
-
-
-def check_matches_checkpoint(model: nn.Module, config: Dict[str, Any], config_path: str) -> None:
-    """Raise one ``ConfigError`` naming every field where the built ``model`` disagrees with
-    ``config.json`` (``differences``)."""
-    problems = [f"{field}: model has {ours}, {config_path} says {theirs}"
-                for field, (ours, theirs) in differences(model, config).items()]
-    if problems:
-        raise ConfigError("the model in the config does not match the checkpoint:\n  " + "\n  ".join(problems))
 
 
 # config.json field -> the builder argument that sets it (Llama 3.1's builders take a subset)
