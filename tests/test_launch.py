@@ -43,11 +43,21 @@ def gone_within(pid: int, seconds: float) -> bool:
     return not alive(pid)
 
 
-@pytest.mark.parametrize("torchrun", [True, False])
-def test_a_worker_torchrun_started_ends_when_its_launcher_is_sigkilled(torchrun):
+# The same, asked by the environment's start-up line (scripts/link_repo.py), before any import.
+WORKER_AT_START_UP = """
+import os, runpy, time
+runpy.run_path("entrodrop/config/tune_run.py")["started"](["python"])
+print(os.getpid(), flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("torchrun, worker_code", [(True, WORKER), (False, WORKER), (True, WORKER_AT_START_UP)],
+                         ids=["torchrun", "not-torchrun", "torchrun-at-start-up"])
+def test_a_worker_torchrun_started_ends_when_its_launcher_is_sigkilled(torchrun, worker_code):
     env = {k: v for k, v in os.environ.items() if k != "TORCHELASTIC_RUN_ID"}
     env.update({"TORCHELASTIC_RUN_ID": "test"} if torchrun else {})
-    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, WORKER], cwd=REPO, env=env, stdout=subprocess.PIPE,
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, worker_code], cwd=REPO, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
     worker = None
     try:

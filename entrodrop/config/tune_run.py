@@ -92,9 +92,14 @@ def quiet_interrupt(hook: Callable, exit: Callable[[int], None] = os._exit) -> C
 def started(argv: List[str], environ: Mapping[str, str] = os.environ) -> None:
     """What the start-up line does: in a `tune run`, ``argv`` (``sys.argv``) rewritten in place as
     ``redirected`` says; there and in a process torchrun started (it alone sets
-    ``TORCHELASTIC_RUN_ID``), Ctrl-C ended quietly (``quiet_interrupt``). Any other process is
-    left as it is."""
+    ``TORCHELASTIC_RUN_ID``), Ctrl-C ended quietly (``quiet_interrupt``), and in the latter the
+    process ends with its launcher (``entrodrop.launch``). Any other process is left as it is."""
     if is_tune_run(argv):
         argv[:] = redirected(argv)
     if is_tune_run(argv) or "TORCHELASTIC_RUN_ID" in environ:
         sys.excepthook = quiet_interrupt(sys.excepthook)
+    if "TORCHELASTIC_RUN_ID" in environ:
+        # A worker ends with its launcher from its first line on (entrodrop/launch.py, by its path
+        # as this file is): a launcher killed while the worker imports torch is not missed.
+        launch = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "launch.py")
+        __import__("runpy").run_path(launch)["end_with_launcher"](environ)
