@@ -16,6 +16,8 @@ from torch import nn
 from torchtune import config as tune_config
 from torchtune.modules import TiedLinear
 
+from entrodrop.errors import ConfigError
+
 # builder argument -> config.json field, shared by Qwen3 and Llama3.1
 _COMMON = {
     "vocab_size": "vocab_size",
@@ -78,9 +80,18 @@ def describe(model: nn.Module) -> Dict[str, Any]:
 
 
 def built_on_meta(model_cfg: Mapping[str, Any]) -> nn.Module:
-    """The model a YAML ``model:`` entry builds, on the meta device: its shapes, no weight allocated."""
-    with torch.device("meta"):
-        return tune_config.instantiate(model_cfg)
+    """The model a YAML ``model:`` entry builds, on the meta device: its shapes, no weight allocated.
+
+    Raises:
+        ConfigError: the builder refuses its arguments (an unknown one, heads that do not divide),
+            with the builder's own reason.
+    """
+    try:
+        with torch.device("meta"):
+            return tune_config.instantiate(model_cfg)
+    except (TypeError, ValueError, AssertionError) as error:
+        raise ConfigError(f"model: {model_cfg.get('_component_')} cannot be built with these arguments: "
+                          f"{type(error).__name__}: {error}") from None
 
 
 def differences(model: nn.Module, config: Dict[str, Any]) -> Dict[str, Tuple[Any, Any]]:

@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 from entrodrop.config import schemas
 from entrodrop.errors import ConfigError
-from entrodrop.models.hf_config import model_config_problems
+from entrodrop.models.hf_config import built_on_meta, model_config_problems
 
 TINY = "configs/tiny/qwen3_{}.yaml"
 
@@ -47,3 +47,11 @@ def test_a_builder_without_arguments_is_named_by_its_component(tiny_assets, tmp_
            "model, or a checkpoint of this one)" in problems
     # every size differs; the norm's eps, the rotary base and the tied embeddings do not
     assert len(problems) == 7 and not any("step_2" in p for p in problems), problems
+
+
+def test_builder_arguments_the_builder_refuses_are_a_config_error_with_its_reason():
+    model = OmegaConf.load(REPO / "configs/tiny/qwen3_entrodrop_single_device.yaml").model
+    model.num_kv_heads = 3  # was: a ValueError traceback from the meta build
+    with pytest.raises(ConfigError, match=r"model: entrodrop.models.qwen3.qwen3 cannot be built with these arguments: "
+                                          r"ValueError: num_heads \(4\) must be divisible by num_kv_heads \(3\)"):
+        built_on_meta(model)
