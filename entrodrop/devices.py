@@ -57,11 +57,11 @@ def device_problem(name: str, local_rank: int = 0, local_world_size: int = 1) ->
     count = torch.cuda.device_count()
     if device.index is not None and device.index >= count:
         return (f"device={name}, but torch sees {count} CUDA GPU(s), cuda:0 to cuda:{count - 1} "
-                f"({torch_sees()}): name one of those, or {_CPU_INSTEAD}")
+                f"({torch_sees()}): name one of those, {_CPU_INSTEAD}")
     if device.index is None and local_rank >= count:
         return (f"device={name} with {local_world_size} processes on this machine (--nproc_per_node "
                 f"{local_world_size}), but torch sees {count} CUDA GPU(s): process {local_rank} would have none. "
-                f"Run at most {count} processes a machine, {_CPU_INSTEAD}")
+                f"Run at most {count} process{'es' * (count > 1)} a machine, {_CPU_INSTEAD}")
     return ""
 
 

@@ -42,7 +42,9 @@ def test_a_cuda_build_that_sees_no_gpu_says_to_make_one_visible(monkeypatch):
 
 def test_a_gpu_index_or_a_process_beyond_the_gpus_there_are_is_refused(two_gpus):
     assert devices.device_problem("cuda:1") == ""
-    assert devices.device_problem("cuda:3").startswith("device=cuda:3, but torch sees 2 CUDA GPU(s), cuda:0 to cuda:1")
+    beyond = devices.device_problem("cuda:3")
+    assert beyond.startswith("device=cuda:3, but torch sees 2 CUDA GPU(s), cuda:0 to cuda:1")
+    assert beyond.endswith("name one of those, or run on the CPU with device=cpu")
     assert devices.device_problem("cuda", local_rank=1, local_world_size=2) == ""
     assert "with 4 processes on this machine (--nproc_per_node 4), but torch sees 2 CUDA GPU(s): process 2 would " \
            "have none" in devices.device_problem("cuda", local_rank=2, local_world_size=4)
