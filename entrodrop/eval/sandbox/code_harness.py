@@ -53,6 +53,16 @@ CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_child.
 # Shared libraries the interpreter's extension modules load; public files, no project data.
 SYSTEM_LIBS = ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/lib64", "/lib", "/usr/lib/locale"]
 ENVIRONMENT = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONHASHSEED": "0"}
+# Who a candidate runs as when the evaluation runs as root: nobody. Under bubblewrap started by
+# root, the sandbox's uid maps to uid 0 outside, and /proc/sys (the host's kernel settings:
+# kernel.core_pattern runs a command as root) is writable from inside.
+NOBODY = 65534
+
+
+def candidate_user() -> dict:
+    """``subprocess.Popen``'s arguments that start a candidate as ``NOBODY`` when this process
+    is root (none otherwise: an ordinary user's candidate is that user, and no more)."""
+    return {"user": NOBODY, "group": NOBODY, "extra_groups": []} if os.geteuid() == 0 else {}
 OUTPUTS_LIMIT = 64 << 20  # bytes of outputs one job sends back
 
 
@@ -146,6 +156,20 @@ def remove_tree(path: str) -> None:
 
 CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE, MNT_DETACH = 2, 4, 8, 1 << 14, 1 << 18, 2
+MS_RDONLY, MS_REMOUNT, MS_BIND = 1, 32, 4096
+
+
+def reachable_by_others(path: str) -> bool:
+    """Whether any user may read ``path``: it and every directory above it let others in."""
+    path = os.path.abspath(path)
+    parents = [os.path.dirname(path)]
+    while parents[-1] != os.path.dirname(parents[-1]):
+        parents.append(os.path.dirname(parents[-1]))
+    try:
+        return (os.stat(path).st_mode & 0o004 != 0
+                and all(os.stat(p).st_mode & 0o001 for p in parents))
+    except OSError:
+        return False
 
 
 class Scratch:
@@ -157,6 +181,7 @@ class Scratch:
         self.base, self.made = base, 0
         self.libc = ctypes.CDLL(None, use_errno=True)
         self.private = self.private_mounts()
+        self.staged = {}
 
     def private_mounts(self) -> bool:
         """This process in a mount namespace of its own whose mounts nobody else sees."""
@@ -170,10 +195,32 @@ class Scratch:
         # Without this the mounts below would propagate to the machine's shared mounts.
         if self.libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
             return False
-        return self.mount(self.base, "size=1m,nr_inodes=4096,mode=0700")
+        # 0711: a candidate started as NOBODY (``candidate_user``) reaches its own directory below.
+        return self.mount(self.base, "size=1m,nr_inodes=4096,mode=0711")
 
     def mount(self, path: str, options: str) -> bool:
         return self.libc.mount(b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, options.encode()) == 0
+
+    def visible(self, path: str) -> str:
+        """Where a candidate started as ``NOBODY`` can read ``path``: the path itself where others
+        may read it, else a read-only bind of it under this scratch directory (an interpreter
+        under root's 0700 home, as pyenv and conda install it there). Binds live in this
+        process's private mount namespace, so only as root, where a candidate is dropped."""
+        if not candidate_user() or reachable_by_others(path):
+            return path
+        if path not in self.staged:
+            if not self.private:
+                raise OSError(f"{path} is not readable by others, and no mount namespace can be made to show it")
+            target = os.path.join(self.base, f"stage-{len(self.staged)}")
+            if os.path.isdir(path):
+                os.mkdir(target, 0o755)
+            else:
+                os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o644))
+            for flags in (MS_BIND | MS_REC, MS_BIND | MS_REMOUNT | MS_RDONLY):
+                if self.libc.mount(path.encode(), target.encode(), None, flags, None) != 0:
+                    raise OSError(ctypes.get_errno(), f"cannot show {path} to the candidate at {target}")
+            self.staged[path] = target
+        return self.staged[path]
 
     def describe(self, limits: dict) -> str:
         """What caps the candidate's writes, as ``Run.sandbox`` reports it."""
@@ -190,9 +237,14 @@ class Scratch:
         self.made += 1
         path = os.path.join(self.base, str(self.made))
         os.mkdir(path, 0o700)
-        # nr_inodes counts the directory itself.
-        if self.private and not self.mount(path, f"size={limits['file_bytes']},nr_inodes={limits['num_files'] + 1},mode=0700"):
+        owner = candidate_user()
+        # nr_inodes counts the directory itself; the candidate owns its directory.
+        options = f"size={limits['file_bytes']},nr_inodes={limits['num_files'] + 1},mode=0700" + (
+            f",uid={owner['user']},gid={owner['group']}" if owner else "")
+        if self.private and not self.mount(path, options):
             raise OSError(ctypes.get_errno(), "cannot mount a tmpfs for the candidate")
+        if owner and not self.private:
+            os.chown(path, owner["user"], owner["group"])
         return path
 
     def remove(self, path) -> None:
@@ -240,12 +292,13 @@ def interpreter():
 PACKAGES = ("site-packages", "dist-packages")
 
 
-def bwrap_argv(config: dict, directory, seccomp_fd: int) -> list:
+def bwrap_argv(config: dict, directory, seccomp_fd: int, visible=lambda path: path) -> list:
     """bubblewrap's command line for one candidate: every namespace, nothing writable but its
     directory (bound at /tmp), nothing readable but the interpreter, its standard library (not
-    its site-packages), the shared libraries and ``sandbox_child.py``."""
+    its site-packages), the shared libraries and ``sandbox_child.py``. ``visible(path)``: where
+    bwrap, started as ``NOBODY`` by root, reads ``path`` from (``Scratch.visible``)."""
     executable, stdlib, shared = interpreter()
-    argv = [bwrap_binary(), "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534",
+    argv = [visible(bwrap_binary()), "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534",
             "--hostname", "sandbox", "--cap-drop", "ALL", "--die-with-parent", "--new-session", "--disable-userns",
             "--clearenv", "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp"]
     for name, value in ENVIRONMENT.items():
@@ -254,16 +307,16 @@ def bwrap_argv(config: dict, directory, seccomp_fd: int) -> list:
         if os.path.islink(path):
             argv += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
-            argv += ["--ro-bind", path, path]
+            argv += ["--ro-bind", visible(path), path]
     # The interpreter's library directory whole: a conda-like prefix keeps libffi, libssl... there.
     libdir = sysconfig.get_config_var("LIBDIR")
     for path in [executable, *shared, *([libdir] if libdir and os.path.isdir(libdir) else []), *stdlib]:
-        argv += ["--ro-bind", path, path]
+        argv += ["--ro-bind", visible(path), path]
     for path in stdlib:
         for name in PACKAGES:
             if os.path.isdir(os.path.join(path, name)):  # hidden under an empty read-only tmpfs
                 argv += ["--tmpfs", os.path.join(path, name), "--remount-ro", os.path.join(path, name)]
-    argv += ["--ro-bind", CHILD, "/sandbox/sandbox_child.py"]
+    argv += ["--ro-bind", visible(CHILD), "/sandbox/sandbox_child.py"]
     # bwrap's /dev is a tmpfs the sandbox could fill: read-only.
     argv += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev"]
     if directory is None:
@@ -285,6 +338,28 @@ def readable_paths() -> dict:
     return {"paths": [p for p in paths if os.path.exists(p)], "stdlib": stdlib, "except": list(PACKAGES)}
 
 
+def own_layer_paths(visible) -> dict:
+    """The own layer's interpreter, ``sandbox_child.py``, what Landlock lets it read, and the
+    environment it needs, as a candidate reads them: ``visible`` (``Scratch.visible``) shows a
+    prefix others cannot read (root's home) at a bind of the whole prefix, so the interpreter
+    finds its standard library beside itself, and its libpython through ``LD_LIBRARY_PATH``
+    (its RUNPATH names the original)."""
+    executable, readable = interpreter()[0], readable_paths()
+    prefix = sys.base_prefix
+    if visible(executable) == executable:
+        return {"executable": executable, "child": visible(CHILD), "readable": readable, "env": {}}
+    shown = visible(prefix)
+
+    def moved(path: str) -> str:
+        return shown + path[len(prefix):] if path == prefix or path.startswith(prefix + os.sep) else visible(path)
+
+    libdir = sysconfig.get_config_var("LIBDIR") or os.path.join(prefix, "lib")
+    return {"executable": moved(executable), "child": visible(CHILD),
+            "readable": {**readable, "paths": [moved(p) for p in readable["paths"]],
+                         "stdlib": [moved(p) for p in readable["stdlib"]]},
+            "env": {"LD_LIBRARY_PATH": moved(libdir)}}
+
+
 class Candidate:
     """One sandboxed candidate process, started at construction; reached only by ``request``."""
 
@@ -299,16 +374,24 @@ class Candidate:
             os.write(fd, seccomp_bytes(seccomp_program(os.uname().machine)))
             os.lseek(fd, 0, os.SEEK_SET)
             try:
-                self.process = subprocess.Popen(bwrap_argv(config, self.directory, fd), pass_fds=(fd,), **pipes)
+                # bwrap's own environment, not only the program's (--clearenv): bwrap stays the
+                # sandbox's PID 1, and /proc/1/environ is readable inside.
+                self.process = subprocess.Popen(bwrap_argv(config, self.directory, fd, scratch.visible), pass_fds=(fd,),
+                                                env=ENVIRONMENT, **candidate_user(), **pipes)
             finally:
                 os.close(fd)
         else:
-            config["readable"] = readable_paths()
-            env = {**ENVIRONMENT, "HOME": self.directory, "TMPDIR": self.directory}
-            self.process = subprocess.Popen([interpreter()[0], "-I", "-S", "-B", CHILD, json.dumps(config)], cwd=self.directory,
-                                            env=env, start_new_session=True, **pipes)
+            where = own_layer_paths(scratch.visible)
+            config["readable"] = where["readable"]
+            env = {**ENVIRONMENT, "HOME": self.directory, "TMPDIR": self.directory, **where["env"]}
+            self.process = subprocess.Popen([where["executable"], "-I", "-S", "-B", where["child"], json.dumps(config)],
+                                            cwd=self.directory, env=env, start_new_session=True, **candidate_user(),
+                                            **pipes)
         self.replies = LineReader(self.process.stdout.fileno(), limits["reply_bytes"])
         self.next_id, self.failed, self.calls, self.deadline = 0, None, 0, None
+        # The handshake: sandbox_child.py sends its ready line once the sandbox is up and before
+        # any program runs. Only a death before it can be the sandbox's failure (``death``).
+        self.ready = False
 
     def fail(self, reason: str) -> CandidateFailed:
         """The sample's failure, kept: a test that catches it cannot undo it."""
@@ -348,6 +431,8 @@ class Candidate:
                 or set(reply) not in ({"id", "ok"}, {"id", "error"}, {"id", "error", "raised"})
                 or type(reply.get("raised", "")) is not str):
             raise self.stop("a reply out of shape or out of turn")
+        if not message:  # the ready line
+            self.ready = True
         if raises and reply.get("raised") in RAISABLE:
             message = str(reply["error"])[:500]
             raise ProgramRaised(reply["raised"], message.removeprefix(f"{reply['raised']}: "))
@@ -356,8 +441,10 @@ class Candidate:
         return reply["ok"]
 
     def death(self) -> str:
-        """Why the candidate's pipe closed: bwrap's own complaint (``SandboxUnavailable``), or
-        the program's exit status."""
+        """Why the candidate's pipe closed: bwrap's own complaint (``SandboxUnavailable``) when
+        it closed before the ready line, else the program's exit status. After the ready line
+        the program has run, and what the pipe holds may be its own (it can write to bwrap's
+        stderr through /proc/1/fd/2): it speaks for the sample only, never for the sandbox."""
         try:
             status = self.process.wait(timeout=1)
         except subprocess.TimeoutExpired:
@@ -367,7 +454,7 @@ class Candidate:
             complaint = os.read(self.process.stderr.fileno(), 4096).decode(errors="replace").strip()
         except BlockingIOError:
             complaint = ""
-        if complaint.startswith("bwrap:"):  # the candidate silences fd 2 before any program runs: this is bwrap
+        if not self.ready and complaint.startswith("bwrap:"):  # no program has run yet: this is bwrap
             raise SandboxUnavailable(complaint)
         if self.limits["mode"] == "bubblewrap" and status > 128:
             status = -(status - 128)  # bwrap exits 128 + the signal that killed the program

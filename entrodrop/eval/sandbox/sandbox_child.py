@@ -358,15 +358,23 @@ def quietly(fn, *args, **kwargs):
         sys.stdout, sys.stdin = saved
 
 
+def as_stdin(fd: int) -> None:
+    """Make ``fd`` descriptor 0. A program may have closed descriptor 0 (``open(0).read()``
+    closes it once read), so the new ``fd`` may already be 0: it is then kept, not closed."""
+    if fd != 0:
+        os.dup2(fd, 0)
+        os.close(fd)
+
+
 def run_stdin(program, stdin: str) -> str:
     """The program as ``__main__`` reading ``stdin`` (through ``sys.stdin`` and descriptor 0);
-    what it printed (``sys.exit`` ends it early)."""
+    what it printed (``sys.exit`` ends it early). Each run gets its input afresh, whatever the
+    run before did to descriptor 0."""
     data = stdin.encode()
     memory = os.memfd_create("stdin")
     os.write(memory, data)
     os.lseek(memory, 0, os.SEEK_SET)
-    os.dup2(memory, 0)
-    os.close(memory)
+    as_stdin(memory)
     saved = sys.stdin, sys.stdout
     sys.stdin = io.TextIOWrapper(io.BytesIO(data))
     sys.stdout = out = io.TextIOWrapper(io.BytesIO(), write_through=True)
@@ -376,9 +384,7 @@ def run_stdin(program, stdin: str) -> str:
         pass
     finally:
         sys.stdin, sys.stdout = saved
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.close(null)
+        as_stdin(os.open(os.devnull, os.O_RDONLY))
     return out.buffer.getvalue().decode(errors="replace")
 
 

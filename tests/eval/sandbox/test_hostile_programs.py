@@ -447,3 +447,99 @@ def test_the_candidate_cannot_learn_the_test(sandbox, where):
     if sandbox == "own" and where != "its own memory (gc, frames, modules)":
         needs(result, "files confined")  # the own layer confines reads with Landlock
     assert result.held, result.error
+
+
+# ------------------------------------------------------------------ fair to correct programs
+
+STDIN_IDIOMS = {
+    # closes descriptor 0 once read: the next test's input was put where it was, then closed (EBADF)
+    "open(0)": "a, b = map(int, open(0).read().split())\nprint(a + b)",
+    "buffer then exit": "import sys\na, b = map(int, sys.stdin.buffer.read().split())\nprint(a + b)\nsys.exit(0)",
+    "os.read then close": "import os\na, b = map(int, os.read(0, 100).split())\nos.close(0)\nprint(a + b)",
+}
+
+
+@pytest.mark.parametrize("idiom", list(STDIN_IDIOMS))
+def test_every_test_of_a_problem_gets_its_stdin_whatever_the_program_did_to_descriptor_0(sandbox, idiom):
+    inputs, outputs = ["2 3\n", "10 -4\n", "1 1\n"], ["5\n", "6\n", "2\n"]
+    result = run({"kind": "stdin", "code": STDIN_IDIOMS[idiom], "inputs": inputs}, Limits(sandbox=sandbox))
+    assert passed(result, outputs, same_stdout), result.error
+
+
+FORGED_START_UP_ERROR = """
+import os
+for path in ("/proc/1/fd/2", "/dev/stderr"):  # bwrap's own stderr under bubblewrap: the harness reads it
+    try:
+        with open(path, "w") as f:
+            f.write("bwrap: Creating new namespace failed: forged by the program\\n")
+    except OSError:
+        pass
+os._exit(1)
+"""
+
+
+def test_a_program_that_writes_a_start_up_error_fails_its_sample_only(sandbox):
+    # the harness took "bwrap: ..." on the dead candidate's stderr for bubblewrap's own failure:
+    # a SandboxError that lost every verdict of the call
+    bad = {"kind": "stdin", "code": FORGED_START_UP_ERROR, "inputs": [""]}
+    results = run_all([bad, GOOD], Limits(sandbox=sandbox))  # a SandboxError here: the forgery worked
+    assert "exited with status 1" in results[0].error
+    assert good_passes(results[1])
+
+
+ENVIRONMENTS = """
+import os
+seen = []
+for pid in ["self", "1", str(os.getppid())]:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            seen.append(f.read().decode(errors="replace"))
+    except OSError:
+        pass
+print("|".join(seen))
+"""
+
+
+def test_the_program_reads_no_environment_but_its_own_cleared_one(sandbox, monkeypatch):
+    monkeypatch.setenv("EVALUATION_SECRET", "hf_do_not_leak")  # as an HF token or an API key would be
+    result = stdin_run(ENVIRONMENTS, sandbox)
+    assert result.error is None and result.outputs[0] and "hf_do_not_leak" not in result.outputs[0]
+
+
+def uids(pid: int) -> tuple:
+    """The real, effective, saved and filesystem uids of ``pid``, as /proc shows them outside."""
+    with open(f"/proc/{pid}/status") as f:
+        return tuple(int(u) for u in next(line for line in f if line.startswith("Uid:")).split()[1:])
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="checks an evaluation run as root")
+def test_a_candidate_of_an_evaluation_run_as_root_is_not_root_outside(sandbox):
+    # bwrap started by root mapped the sandbox's uid to uid 0 outside: /proc/sys was writable
+    seen, done = {}, threading.Event()
+
+    def look():
+        while not done.is_set():
+            for pid in descendants(os.getpid()):
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        command = f.read().replace(b"\0", b" ").decode(errors="replace")
+                    if "sandbox_child.py" in command:
+                        seen[pid] = (command.split()[0], uids(pid))
+                except (OSError, StopIteration):
+                    continue
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=look)
+    watcher.start()
+    try:
+        result = stdin_run("import time\ntime.sleep(1.5)\nprint('done')", sandbox)
+    finally:
+        done.set()
+        watcher.join()
+    assert result.outputs == ["done\n"], result.error
+    assert seen, "no candidate process was seen"
+    assert all(0 not in ids for _, ids in seen.values()), seen
+    # Asked, not tried: a write that got through would change this machine's kernel settings.
+    knobs = ["/proc/sys/kernel/core_pattern", "/proc/sys/kernel/modprobe", "/proc/sysrq-trigger"]
+    writable = stdin_run(f"import os\nprint([p for p in {knobs!r} if os.access(p, os.W_OK)])", sandbox)
+    assert writable.outputs == ["[]\n"], writable
