@@ -8,7 +8,7 @@ serving all of its calls; the next one starts while this one runs) and answers w
 
 - ``stdin`` jobs (LiveCodeBench): each input goes to the candidate, its stdout comes back;
 - ``functional`` jobs (LiveCodeBench): each argument list goes to the candidate, its return
-  value comes back, checked and re-encoded here;
+  value comes back, checked here and passed on as it came (a returned tuple as a list);
 - ``asserts`` jobs (HumanEval, MBPP): the benchmark's test code runs here, after the reference
   solution's definitions (its imports and helpers, ``setup``), with each function the tests call
   by name replaced by a proxy that makes the remote call: arguments out as plain values, a plain
@@ -53,6 +53,9 @@ CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_child.
 # Shared libraries the interpreter's extension modules load; public files, no project data.
 SYSTEM_LIBS = ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/lib64", "/lib", "/usr/lib/locale"]
 ENVIRONMENT = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONHASHSEED": "0"}
+# The program's pid in bubblewrap's PID namespace, which its seccomp filter lets it signal alone:
+# bwrap is the namespace's init (pid 1) and starts the program next (no --as-pid-1).
+PID_IN_BUBBLEWRAP = 2
 # Who a candidate runs as when the evaluation runs as root: nobody. Under bubblewrap started by
 # root, the sandbox's uid maps to uid 0 outside, and /proc/sys (the host's kernel settings:
 # kernel.core_pattern runs a command as root) is writable from inside.
@@ -371,7 +374,7 @@ class Candidate:
         pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
         if limits["mode"] == "bubblewrap":
             fd = os.memfd_create("seccomp", 0)  # inherited by bwrap, which reads it to its end
-            os.write(fd, seccomp_bytes(seccomp_program(os.uname().machine)))
+            os.write(fd, seccomp_bytes(seccomp_program(os.uname().machine, own_pid=PID_IN_BUBBLEWRAP)))
             os.lseek(fd, 0, os.SEEK_SET)
             try:
                 # bwrap's own environment, not only the program's (--clearenv): bwrap stays the
@@ -629,8 +632,11 @@ def run_job(candidate: Candidate, job: dict, limits: dict) -> dict:
             else:  # functional: LiveCodeBench converts a returned tuple to a list
                 message = {"op": "call", "name": job["func_name"], "args": [encode(a) for a in test], "kwargs": [],
                            "solution": True}
-                value = checked(candidate.request(message, limits["timeout_s"]))
-                output = encode(list(value) if type(value) is tuple else value)
+                output = candidate.request(message, limits["timeout_s"])
+                # Passed on as it came once checked, not encoded again: encoding sorts a set's items by
+                # their JSON text, which sets nested in sets make again at every level (depth x size).
+                if type(checked(output)) is tuple:
+                    output = ["list", output[1]]
             size += len(json.dumps(output))  # as it travels: escapes included
             if size > OUTPUTS_LIMIT:
                 raise candidate.stop(f"outputs over {OUTPUTS_LIMIT} bytes")

@@ -26,6 +26,7 @@ interpreter's standard library and this file, nothing of the project.
 """
 
 import builtins
+import collections
 import ctypes
 import io
 import json
@@ -50,6 +51,12 @@ sys.setrecursionlimit(100000)
 
 SCALARS = {type(None): "none", bool: "bool", int: "int", float: "float", str: "str"}
 MAX_DEPTH = 100
+# The most items of one hash a decoded set, or keys a dict, may hold. Python places an item by
+# walking past every earlier item of its hash, so n of them cost n**2 / 2 comparisons: 25,000 ints
+# equal modulo 2**61 - 1 (Python's hash modulus), sent as one set, took 6 s to decode. With 32 a
+# reply costs at most 32 comparisons an item to build; honest values come nowhere near (the powers
+# of two below 2**1952 share their hashes 32 at a time; -1 and -2 share one).
+SAME_HASH = 32
 # Ints past 64 bits travel as hex text: Python refuses decimal conversions past 4,300 digits.
 BIG_INT = 1 << 63
 # The built-in exceptions a called function may raise back into the test (``"raised"``); any
@@ -109,10 +116,25 @@ def encode(value, depth: int = 0, instances: bool = False):
     raise TypeError(f"a {kind.__name__} is not a plain value")
 
 
+def check_hashes(items: list, what: str) -> None:
+    """``ValueError`` unless every one of ``items`` (``what``: "items of a set"...) is hashable and
+    at most ``SAME_HASH`` share a hash: checked before the set or dict is built, which would
+    otherwise cost the square of the items of one hash."""
+    try:
+        counts = collections.Counter(hash(item) for item in items)
+    except TypeError as e:  # a list or a dict among them
+        raise ValueError(str(e)) from None
+    most = max(counts.values(), default=0)
+    if most > SAME_HASH:
+        raise ValueError(f"{most} {what} share one hash, over the {SAME_HASH} allowed: a hash flood, "
+                         "whose cost to build grows with the square of their number")
+
+
 def decode(encoded, depth: int = 0, hashable: bool = False, build=None):
     """The value ``encode`` made, or ``ValueError`` for anything else (a wrong tag, payload or
-    nesting past 100 levels): what arrives over a pipe is checked before it is used. A set
-    inside a set or a dict key comes back as a frozenset. An ``object`` value is
+    nesting past 100 levels, a set or dict with over ``SAME_HASH`` items of one hash): what
+    arrives over a pipe is checked before it is used, in time that grows with its size, not its
+    square. A set inside a set or a dict key comes back as a frozenset. An ``object`` value is
     ``build(name, args, kwargs)`` where ``build`` is given (the candidate's side), else refused:
     the harness never takes one from the program.
 
@@ -143,19 +165,15 @@ def decode(encoded, depth: int = 0, hashable: bool = False, build=None):
                 if type(pair) is not list or len(pair) != 2:
                     raise ValueError("a dict item is not a pair")
                 pairs.append((decode(pair[0], depth + 1, True, build), decode(pair[1], depth + 1, False, build)))
-            try:
-                return dict(pairs)
-            except TypeError as e:
-                raise ValueError(str(e)) from None
+            check_hashes([key for key, _ in pairs], "keys of a dict")
+            return dict(pairs)
         items = [decode(v, depth + 1, hashable or tag == "set", build) for v in payload]
         if tag == "list":
             return items
         if tag == "tuple":
             return tuple(items)
-        try:
-            return frozenset(items) if hashable else set(items)
-        except TypeError as e:
-            raise ValueError(str(e)) from None
+        check_hashes(items, "items of a set")
+        return frozenset(items) if hashable else set(items)
     if tag == "object" and build is None:
         raise ValueError("an object of a class, which only the harness may send")
     if tag == "object" and kind is list and len(payload) == 3:
@@ -168,6 +186,16 @@ def decode(encoded, depth: int = 0, hashable: bool = False, build=None):
 
 
 # ------------------------------------------------------------------ the seccomp filter
+
+# Deny by default. The namespaces and Landlock keep files and the network out of reach, not other
+# processes: the own layer has no PID namespace, and under bubblewrap its init (pid 1) is a
+# process too. A review (issue 39) stopped the harness and killed the next problem's candidate
+# through calls a deny-list had left open (F_SETOWN's SIGIO, prlimit64, setpriority, the
+# scheduling calls, ioprio_set) and sent descriptors out with sendmsg to a pathname socket. So
+# only ``ALLOWED`` passes, calls on the program's own process, descriptors, memory and files
+# (which the namespaces and Landlock bound); a call that can name a process passes only naming
+# the program (``CHECKED``); ``REFUSED`` fails with EPERM; every other call fails with ENOSYS,
+# as on a kernel without it, which the C library and Python expect and fall back from.
 
 # System call numbers: (x86-64, arm64); None where the machine has no such call. Checked against
 # the kernel headers (asm/unistd_64.h, asm-generic/unistd.h).
@@ -193,36 +221,124 @@ SYSCALLS = {
     "utime": (132, None), "utimes": (235, None), "futimesat": (261, None), "utimensat": (280, 88),
     "setxattr": (188, 5), "lsetxattr": (189, 6), "fsetxattr": (190, 7), "removexattr": (197, 14),
     "lremovexattr": (198, 15), "fremovexattr": (199, 16), "setxattrat": (463, 463), "removexattrat": (466, 466),
+    "ioprio_set": (251, 30), "sched_setscheduler": (144, 119), "sched_setparam": (142, 118), "sched_setattr": (314, 274),
+    "sendmsg": (46, 211), "sendmmsg": (307, 269), "connect": (42, 203), "bind": (49, 200), "listen": (50, 201),
+    "accept": (43, 202), "accept4": (288, 242),
+    "prlimit64": (302, 261), "setpriority": (141, 140), "sched_setaffinity": (203, 122), "fcntl": (72, 25),
+    "ioctl": (16, 29), "sendto": (44, 206),
+}
+# What a Python program needs, and reaches nothing but its own process, descriptors, memory and
+# files: the interpreter's start (bubblewrap applies the filter before its exec), threads, files
+# and pipes, sockets of a socketpair, time, signals to itself, its limits and CPUs read back.
+ALLOWED = {
+    "read": (0, 63), "write": (1, 64), "readv": (19, 65), "writev": (20, 66), "pread64": (17, 67),
+    "pwrite64": (18, 68), "preadv": (295, 69), "pwritev": (296, 70), "preadv2": (327, 286), "pwritev2": (328, 287),
+    "open": (2, None), "openat": (257, 56), "creat": (85, None), "close": (3, 57), "close_range": (436, 436),
+    "stat": (4, None), "fstat": (5, 80), "lstat": (6, None), "newfstatat": (262, 79), "statx": (332, 291),
+    "statfs": (137, 43), "fstatfs": (138, 44), "access": (21, None), "faccessat": (269, 48), "faccessat2": (439, 439),
+    "lseek": (8, 62), "getdents": (78, None), "getdents64": (217, 61), "getcwd": (79, 17), "chdir": (80, 49),
+    "fchdir": (81, 50), "mkdir": (83, None), "mkdirat": (258, 34), "rmdir": (84, None), "unlink": (87, None),
+    "unlinkat": (263, 35), "rename": (82, None), "renameat": (264, 38), "renameat2": (316, 276), "link": (86, None),
+    "linkat": (265, 37), "symlink": (88, None), "symlinkat": (266, 36), "readlink": (89, None), "readlinkat": (267, 78),
+    "truncate": (76, 45), "ftruncate": (77, 46), "fallocate": (285, 47), "fsync": (74, 82), "fdatasync": (75, 83),
+    "fadvise64": (221, 223), "umask": (95, 166), "sendfile": (40, 71), "copy_file_range": (326, 285),
+    "dup": (32, 23), "dup2": (33, None), "dup3": (292, 24), "pipe": (22, None), "pipe2": (293, 59),
+    "memfd_create": (319, 279), "poll": (7, None), "ppoll": (271, 73), "select": (23, None), "pselect6": (270, 72),
+    "epoll_create": (213, None), "epoll_create1": (291, 20), "epoll_ctl": (233, 21), "epoll_wait": (232, None),
+    "epoll_pwait": (281, 22), "epoll_pwait2": (441, 441), "eventfd": (284, None), "eventfd2": (290, 19),
+    "socketpair": (53, 199), "recvfrom": (45, 207), "recvmsg": (47, 212), "shutdown": (48, 210),
+    "getsockname": (51, 204), "getpeername": (52, 205), "getsockopt": (55, 209), "setsockopt": (54, 208),
+    "brk": (12, 214), "mmap": (9, 222), "munmap": (11, 215), "mprotect": (10, 226), "mremap": (25, 216),
+    "madvise": (28, 233), "mincore": (27, 232), "msync": (26, 227), "futex": (202, 98), "set_robust_list": (273, 99),
+    "set_tid_address": (218, 96), "rseq": (334, 293), "arch_prctl": (158, None), "gettid": (186, 178),
+    "exit": (60, 93), "exit_group": (231, 94), "wait4": (61, 260), "waitid": (247, 95), "execve": (59, 221),
+    "getpid": (39, 172), "getppid": (110, 173), "getuid": (102, 174), "geteuid": (107, 175), "getgid": (104, 176),
+    "getegid": (108, 177), "getgroups": (115, 158), "getresuid": (118, 148), "getresgid": (120, 150),
+    "getpgrp": (111, None), "getpgid": (121, 155), "getsid": (124, 156), "getrlimit": (97, 163),
+    "setrlimit": (160, 164), "getrusage": (98, 165), "sysinfo": (99, 179), "uname": (63, 160), "times": (100, 153),
+    "getcpu": (309, 168), "getrandom": (318, 278), "sched_yield": (24, 124), "sched_getaffinity": (204, 123),
+    "sched_getparam": (143, 121), "sched_getscheduler": (145, 120), "sched_getattr": (315, 275),
+    "sched_get_priority_max": (146, 125), "sched_get_priority_min": (147, 126), "sched_rr_get_interval": (148, 127),
+    "getpriority": (140, 141), "rt_sigaction": (13, 134), "rt_sigprocmask": (14, 135), "rt_sigreturn": (15, 139),
+    "rt_sigpending": (127, 136), "rt_sigtimedwait": (128, 137), "rt_sigsuspend": (130, 133),
+    "sigaltstack": (131, 132), "pause": (34, None), "restart_syscall": (219, 128), "alarm": (37, None),
+    "getitimer": (36, 102), "setitimer": (38, 103), "clock_gettime": (228, 113), "clock_getres": (229, 114),
+    "clock_nanosleep": (230, 115), "nanosleep": (35, 101), "gettimeofday": (96, 169), "time": (201, None),
 }
 MACHINES = {"x86_64": (0, 0xC000003E), "aarch64": (1, 0xC00000B7)}  # column above, audit arch
-# Refused with EPERM. A new process (fork, vfork, clone without CLONE_THREAD) is refused below;
-# clone3 says ENOSYS, so the C library starts threads with clone, whose flags the filter can read.
-# socket: no network and no Unix socket (socketpair stays: asyncio needs it); the IPC calls: no
-# System V or POSIX queue or segment; the chmod/chown/utime/xattr calls: no metadata change, here
-# or outside.
-REFUSED = [name for name in SYSCALLS if name not in ("clone", "clone3", "kill", "tgkill", "rt_sigqueueinfo",
-                                                     "rt_tgsigqueueinfo")]
-# Signals, with no PID namespace around the program: only to itself (arg 0 is the target process).
+# Passed on their arguments, below: a new process (fork, vfork, clone without CLONE_THREAD) is
+# refused, clone3 says ENOSYS, so the C library starts threads with clone, whose flags the filter
+# can read; the calls that name a process pass only naming the program; fcntl and ioctl pass but
+# for a signal owner; sendto passes without an address.
+CHECKED = ("clone", "clone3", "kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "prlimit64", "setpriority",
+           "sched_setaffinity", "fcntl", "ioctl", "sendto")
+# Refused with EPERM. socket: no network and no Unix socket (socketpair stays: asyncio needs it);
+# connect, bind, sendmsg...: a socketpair's datagram socket could reach a pathname socket with
+# them, and pass descriptors; the IPC calls: no System V or POSIX queue or segment; the
+# chmod/chown/utime/xattr calls: no metadata change, here or outside; ioprio_set and the
+# scheduling policies: nothing a program needs, even for itself.
+REFUSED = [name for name in SYSCALLS if name not in CHECKED]
+# Signals: only to itself (arg 0 is the target process; 0 would be its process group).
 SIGNALS_TO_SELF = ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo")
+# Arg 0 is the process, 0 for the caller.
+PROCESS_IS_SELF = ("prlimit64", "sched_setaffinity")
 CLONE_THREAD, X32_SYSCALL_BIT = 0x10000, 0x40000000
+PRIO_PROCESS, F_SETFL, F_SETOWN, F_SETSIG, F_SETOWN_EX, O_ASYNC = 0, 4, 8, 10, 15, 0x2000  # the same on arm64
+FIOSETOWN, SIOCSPGRP, FIOASYNC = 0x8901, 0x8902, 0x5452
 LD, JEQ, JGE, JSET, RET = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ/JGE/JSET|K, BPF_RET|K
 ALLOW, KILL, EPERM, ENOSYS = 0x7FFF0000, 0x80000000, 0x00050001, 0x00050026
-NR, ARCH, ARG0 = 0, 4, 16  # offsets in struct seccomp_data
+NR, ARCH, ARG0 = 0, 4, 16  # offsets in struct seccomp_data; an argument's low 32 bits at ARG0 + 8 * its index
 
 
-def seccomp_program(machine: str, own_pid=None) -> list:
-    """The filter, as ``(code, jt, jf, k)`` BPF instructions: a call under any other
-    architecture (i386's ``int 0x80`` on x86-64) or x32's numbering kills the process, the
-    ``REFUSED`` calls fail with EPERM, a new process too (threads still start), and with
-    ``own_pid`` the signal calls reach only that process.
+def only_if(number: int, *conditions) -> list:
+    """Instructions that allow call ``number`` when each ``(arg, values)`` holds (the argument's
+    low 32 bits, where pids and flags live, is one of ``values``), else EPERM; other calls go on.
 
     Example:
-        >>> program = seccomp_program("x86_64")
+        >>> only_if(62, (0, [7]))  # kill, to pid 7 only
+        [(21, 0, 4, 62), (32, 0, 0, 16), (21, 1, 0, 7), (6, 0, 0, 327681), (6, 0, 0, 2147418112)]
+    """
+    block = []
+    for arg, values in conditions:
+        block += [(LD, 0, 0, ARG0 + 8 * arg)] + [(JEQ, len(values) - i, 0, v) for i, v in enumerate(values)]
+        block.append((RET, 0, 0, EPERM))
+    block.append((RET, 0, 0, ALLOW))
+    return [(JEQ, 0, len(block), number)] + block
+
+
+def refused_if(number: int, arg: int, values) -> list:
+    """Instructions that refuse call ``number`` (EPERM) when argument ``arg`` is one of ``values``
+    and allow it otherwise; other calls go on."""
+    block = [(LD, 0, 0, ARG0 + 8 * arg)] + [(JEQ, len(values) - i, 0, v) for i, v in enumerate(values)]
+    block += [(RET, 0, 0, ALLOW), (RET, 0, 0, EPERM)]
+    return [(JEQ, 0, len(block), number)] + block
+
+
+def no_signal_owner(fcntl: int, ioctl: int) -> list:
+    """fcntl and ioctl without what makes I/O on a descriptor signal a process: its owner
+    (F_SETOWN, F_SETOWN_EX, FIOSETOWN, SIOCSPGRP), the signal (F_SETSIG) and O_ASYNC."""
+    return [(JEQ, 0, 9, fcntl), (LD, 0, 0, ARG0 + 8), (JEQ, 5, 0, F_SETOWN), (JEQ, 4, 0, F_SETSIG),
+            (JEQ, 3, 0, F_SETOWN_EX), (JEQ, 0, 3, F_SETFL), (LD, 0, 0, ARG0 + 16), (JSET, 0, 1, O_ASYNC),
+            (RET, 0, 0, EPERM), (RET, 0, 0, ALLOW)] + refused_if(ioctl, 1, (FIOSETOWN, SIOCSPGRP, FIOASYNC))
+
+
+def seccomp_program(machine: str, own_pid: int) -> list:
+    """The filter, as ``(code, jt, jf, k)`` BPF instructions: a call under any other
+    architecture (i386's ``int 0x80`` on x86-64) or x32's numbering kills the process; the
+    ``REFUSED`` calls fail with EPERM, a new process too (threads still start); a call that names
+    a process passes only naming ``own_pid``, the program's pid as it sees it; fcntl and ioctl
+    set no signal owner, sendto takes no address; the ``ALLOWED`` calls pass; any other call
+    fails with ENOSYS.
+
+    Example:
+        >>> program = seccomp_program("x86_64", own_pid=2)
         >>> program[:3] == [(LD, 0, 0, ARCH), (JEQ, 1, 0, 0xC000003E), (RET, 0, 0, KILL)]
+        True
+        >>> program[-1] == (RET, 0, 0, ENOSYS)
         True
     """
     column, audit_arch = MACHINES[machine]
-    number = {name: numbers[column] for name, numbers in SYSCALLS.items() if numbers[column] is not None}
+    number = {name: numbers[column] for name, numbers in {**SYSCALLS, **ALLOWED}.items() if numbers[column] is not None}
     program = [(LD, 0, 0, ARCH), (JEQ, 1, 0, audit_arch), (RET, 0, 0, KILL), (LD, 0, 0, NR)]
     if machine == "x86_64":
         program += [(JGE, 0, 1, X32_SYSCALL_BIT), (RET, 0, 0, KILL)]
@@ -230,13 +346,19 @@ def seccomp_program(machine: str, own_pid=None) -> list:
     for name in REFUSED:
         if name in number:
             program += [(JEQ, 0, 1, number[name]), (RET, 0, 0, EPERM)]
-    if own_pid is not None:
-        for name in SIGNALS_TO_SELF:
-            program += [(JEQ, 0, 4, number[name]), (LD, 0, 0, ARG0), (JEQ, 1, 0, own_pid), (RET, 0, 0, EPERM),
-                        (RET, 0, 0, ALLOW)]
-    program += [(JEQ, 0, 3, number["clone"]), (LD, 0, 0, ARG0), (JSET, 1, 0, CLONE_THREAD), (RET, 0, 0, EPERM),
+    for name in SIGNALS_TO_SELF:
+        program += only_if(number[name], (0, [own_pid]))
+    for name in PROCESS_IS_SELF:
+        program += only_if(number[name], (0, [0, own_pid]))
+    program += only_if(number["setpriority"], (0, [PRIO_PROCESS]), (1, [0, own_pid]))  # not a group, not a user
+    program += only_if(number["sendto"], (5, [0]))  # no address length: the socket's own peer
+    program += no_signal_owner(number["fcntl"], number["ioctl"])
+    program += [(JEQ, 0, 4, number["clone"]), (LD, 0, 0, ARG0), (JSET, 1, 0, CLONE_THREAD), (RET, 0, 0, EPERM),
                 (RET, 0, 0, ALLOW)]
-    return program
+    for name in ALLOWED:
+        if name in number:
+            program += [(JEQ, 0, 1, number[name]), (RET, 0, 0, ALLOW)]
+    return program + [(RET, 0, 0, ENOSYS)]
 
 
 def seccomp_bytes(program: list) -> bytes:
