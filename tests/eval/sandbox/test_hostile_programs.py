@@ -523,7 +523,7 @@ def test_a_candidate_of_an_evaluation_run_as_root_is_not_root_outside(sandbox):
                 try:
                     with open(f"/proc/{pid}/cmdline", "rb") as f:
                         command = f.read().replace(b"\0", b" ").decode(errors="replace")
-                    if "sandbox_child.py" in command:
+                    if '"harness_pid"' in command:  # a candidate's config, on bwrap's or the interpreter's command line
                         seen[pid] = (command.split()[0], uids(pid))
                 except (OSError, StopIteration):
                     continue
