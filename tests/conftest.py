@@ -32,6 +32,29 @@ GPU_TESTS_ON_CPU = os.environ.get("GPU_TESTS_ON_CPU") == "1"
 os.environ["PET_STANDALONE"] = "1"
 
 
+def descendants(pid: int) -> list:
+    """The processes ``pid`` started, and the ones they started, read off each process's parent in /proc."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):  # it ended while /proc was read
+            continue
+    found, generation = [], [pid]
+    while generation:
+        generation = [child for child, parent in parents.items() if parent in generation]
+        found += generation
+    return sorted(found)
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` runs; a zombie (it ended, and its new parent has not reaped it yet) does not."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in "ZX"
+    except FileNotFoundError:
+        return False
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if "tune_run" in getattr(item, "fixturenames", ()):

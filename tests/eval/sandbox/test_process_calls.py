@@ -14,7 +14,7 @@ import threading
 import time
 
 import pytest
-from test_code_runner import descendants
+from conftest import descendants
 from test_hostile_programs import ATTEMPT, GOOD, good_passes
 
 from entrodrop.eval.sandbox import sandbox_child as child
