@@ -40,11 +40,15 @@ def first_rank() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
-def verdicts(candidates: List[str], references: List[str], tests: List[str], calls: List[str]) -> List[str]:
-    """``passed`` or ``failed`` for each candidate program: the tests and the reference's
-    definitions (``setup``) stay in the trusted harness, the program in its sandbox."""
-    jobs = [{"kind": "asserts", "code": code, "setup": reference, "tests": test, "call": call}
+def jobs(candidates: List[str], references: List[str], tests: List[str], calls: List[str]) -> List[Dict]:
+    """The sandbox's jobs: the tests and the reference's definitions (``setup``) stay in the
+    trusted harness, the program in its sandbox."""
+    return [{"kind": "asserts", "code": code, "setup": reference, "tests": test, "call": call}
             for code, reference, test, call in zip(candidates, references, tests, calls)]
+
+
+def verdicts(jobs: List[Dict]) -> List[str]:
+    """``passed`` or ``failed`` for each job's program."""
     return [PASS if result.held else FAIL for result in run_all(jobs, LIMITS, code_workers())]
 
 
@@ -53,20 +57,27 @@ def humaneval_sandbox(resps: List[List[str]], docs: List[Dict]) -> List[str]:
     allowed()
     if not first_rank():
         return [SKIPPED for _ in docs]
-    return verdicts([program(r[0], d["prompt"], d["entry_point"]) for r, d in zip(resps, docs)],
-                    [d["prompt"] + d["canonical_solution"] for d in docs],
-                    [d["test"] for d in docs], [f"check({d['entry_point']})" for d in docs])
+    return verdicts(jobs([program(r[0], d["prompt"], d["entry_point"]) for r, d in zip(resps, docs)],
+                         [d["prompt"] + d["canonical_solution"] for d in docs],
+                         [d["test"] for d in docs], [f"check({d['entry_point']})" for d in docs]))
+
+
+def mbpp_jobs(resps: List[List[str]], docs: List[Dict]) -> List[Dict]:
+    """MBPP: the response's program (its entry point: the function the tests call that the
+    reference defines), then the problem's ``test_setup_code`` (task 367 builds its trees there;
+    lm-eval's own ``mbpp`` leaves it out, so that task fails every program there) and its three
+    assertions."""
+    return jobs([program(r[0], "", called_function("\n".join(d["test_list"]), d["code"])) for r, d in zip(resps, docs)],
+                [d["code"] for d in docs], ["\n".join([d.get("test_setup_code") or "", *d["test_list"]]) for d in docs],
+                ["" for _ in docs])
 
 
 def mbpp_sandbox(resps: List[List[str]], docs: List[Dict]) -> List[str]:
-    """MBPP: the response's program (its entry point: the function the tests call that the
-    reference defines), then the problem's three assertions."""
+    """MBPP's verdicts (``mbpp_jobs``)."""
     allowed()
     if not first_rank():
         return [SKIPPED for _ in docs]
-    return verdicts([program(r[0], "", called_function("\n".join(d["test_list"]), d["code"]))
-                     for r, d in zip(resps, docs)], [d["code"] for d in docs],
-                    ["\n".join(d["test_list"]) for d in docs], ["" for _ in docs])
+    return verdicts(mbpp_jobs(resps, docs))
 
 
 def pass_at_1(doc: Dict, results: List[str]) -> Dict[str, float]:

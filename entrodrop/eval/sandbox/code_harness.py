@@ -14,9 +14,10 @@ serving all of its calls; the next one starts while this one runs) and answers w
   by name replaced by a proxy that makes the remote call: arguments out as plain values, a plain
   value back (or the program's error), compared here. The expected values never leave this
   process, so a program that reads every byte of its own has nothing to forge a verdict with.
-  Each class of the reference the tests build (MBPP's ``Pair``) records its constructor's
-  arguments instead (``sandbox_child.Instance``); the candidate rebuilds the object with the
-  program's own class. A built-in exception the program raised (``RAISABLE``) is raised in the
+  An object of a class of the reference the tests build (MBPP's ``Pair(5, 24)``, its trees'
+  ``Node``) is built in the candidate with the program's own class and stays there: the test
+  holds a ``Handle``, whose attribute reads and writes (``root.left = Node(2)``) and calls are
+  requests. A built-in exception the program raised (``RAISABLE``) is raised in the
   test, so a test that expects one behaves as it would in the program's process.
 
 Every reply from the candidate is size-limited (``reply_bytes``), depth-limited (100 levels),
@@ -47,7 +48,7 @@ import sys
 import sysconfig
 import time
 
-from entrodrop.eval.sandbox.sandbox_child import RAISABLE, Instance, decode, encode, seccomp_bytes, seccomp_program
+from entrodrop.eval.sandbox.sandbox_child import RAISABLE, decode, encode, seccomp_bytes, seccomp_program
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_child.py")
 # Shared libraries the interpreter's extension modules load; public files, no project data.
@@ -493,47 +494,104 @@ class Candidate:
 
 # ------------------------------------------------------------------ the tests, here
 
-def checked(payload):
+def checked(payload, handles=None):
     """A value the candidate returned, decoded; anything malformed fails the sample."""
     try:
-        return decode(payload)
+        return decode(payload, handles=handles)
     except (ValueError, TypeError, RecursionError, OverflowError) as e:
         raise CandidateFailed(f"a malformed value: {e}"[:300]) from None
 
 
-class Remote:
-    """What the tests call instead of the program's function: a remote call to the candidate."""
+class Tests:
+    """What the tests reach the program through: its functions (``Remote``), its classes
+    (``RemoteClass``) and its objects (``Handle``), each use a request to the candidate by the
+    deadline of all the tests' requests, answered with a plain value or a handle."""
 
-    def __init__(self, candidate: Candidate, name: str):
-        self.candidate, self.name = candidate, name
+    def __init__(self, candidate: Candidate):
+        self.candidate, self.handles = candidate, {}
 
-    def __call__(self, *args, **kwargs):
-        candidate = self.candidate
+    def handle(self, number: int, name: str) -> "Handle":
+        """One ``Handle`` a number: an object the candidate sends twice is the same one here."""
+        if number not in self.handles:
+            self.handles[number] = Handle(self, number, name)
+        return self.handles[number]
+
+    def share(self, value):
+        return [value._Handle__number, value._Handle__name] if type(value) is Handle and value._Handle__tests is self else None
+
+    def encoded(self, value):
         try:
-            message = {"op": "call", "name": self.name, "args": [encode(a, instances=True) for a in args],
-                       "kwargs": [[k, encode(v, instances=True)] for k, v in kwargs.items()], "solution": False}
+            return encode(value, share=self.share)
         except (TypeError, ValueError) as e:
-            raise candidate.fail(f"the test passes a value that cannot cross to the sandbox ({e})") from None
-        candidate.calls += 1
+            raise self.candidate.fail(f"the test passes a value that cannot cross to the sandbox ({e})") from None
+
+    def request(self, message: dict):
+        candidate = self.candidate
         try:
             left = candidate.deadline - time.monotonic()
             what = f"{candidate.limits['timeout_s']:.1f} s for all the calls"
-            return checked(candidate.request(message, left, what, raises=True))
+            return checked(candidate.request(message, left, what, raises=True), self.handle)
         except CandidateFailed as e:
             raise candidate.fail(e.reason) from None
         except ProgramRaised as e:  # the type is from the allow-list: never one the test could not expect
             raise getattr(builtins, e.name)(e.message) from None
 
+    def call(self, message: dict, args: tuple, kwargs: dict):
+        self.candidate.calls += 1
+        return self.request({**message, "args": [self.encoded(a) for a in args],
+                             "kwargs": [[k, self.encoded(v)] for k, v in kwargs.items()], "solution": False})
 
-class Recorder:
-    """What the tests call instead of a class of the reference: ``Pair(5, 24)`` is an
-    ``Instance`` that the candidate rebuilds with the program's own ``Pair``."""
 
-    def __init__(self, name: str):
-        self.name = name
+class Remote:
+    """What the tests call instead of the program's function: a remote call to the candidate."""
 
-    def __call__(self, *args, **kwargs) -> Instance:
-        return Instance(self.name, args, kwargs)
+    def __init__(self, tests: Tests, name: str):
+        self.tests, self.name = tests, name
+
+    def __call__(self, *args, **kwargs):
+        return self.tests.call({"op": "call", "name": self.name}, args, kwargs)
+
+
+class RemoteClass:
+    """What the tests call instead of a class of the reference: ``Node(1)`` is built in the
+    candidate with the program's own ``Node``, and the test holds its ``Handle``."""
+
+    def __init__(self, tests: Tests, name: str):
+        self.tests, self.name = tests, name
+
+    def __call__(self, *args, **kwargs) -> "Handle":
+        return self.tests.call({"op": "new", "name": self.name}, args, kwargs)
+
+
+class Handle:
+    """An object of the program's that stays in the candidate: the test reads and sets its
+    attributes (``root.left = Node(2)``) and calls it (a method) as requests; it passes back as
+    the same object. Compared here only by identity: its ``__eq__`` is the program's, which
+    never runs here."""
+
+    __slots__ = ("__tests", "__number", "__name")
+
+    def __init__(self, tests: Tests, number: int, name: str):
+        for slot, value in (("_Handle__tests", tests), ("_Handle__number", number), ("_Handle__name", name)):
+            object.__setattr__(self, slot, value)
+
+    def __getattr__(self, attr: str):  # only for names Handle itself lacks
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return self.__tests.request({"op": "getattr", "handle": self.__number, "attr": attr})
+
+    def __setattr__(self, attr: str, value) -> None:
+        self.__tests.request({"op": "setattr", "handle": self.__number, "attr": attr,
+                              "value": self.__tests.encoded(value)})
+
+    def __call__(self, *args, **kwargs):
+        return self.__tests.call({"op": "call", "handle": self.__number}, args, kwargs)
+
+    def __bool__(self) -> bool:  # the program's __bool__ or __len__ decides, as in its process
+        return self.__tests.request({"op": "truth", "handle": self.__number}) is True
+
+    def __repr__(self) -> str:
+        return f"<{self.__name} object in the sandbox>"
 
 
 def parsed(source: str, what: str) -> ast.Module:
@@ -581,10 +639,11 @@ def run_asserts(candidate: Candidate, job: dict, limits: dict) -> None:
         exec(compile(job["setup"], "<reference>", "exec"), namespace)
     except Exception as e:
         raise CandidateFailed(f"the reference solution's code failed in the harness: {type(e).__name__}: {e}"[:300]) from None
+    tests = Tests(candidate)
     for name in names:
-        namespace[name] = Remote(candidate, name)
+        namespace[name] = Remote(tests, name)
     for name in classes:
-        namespace[name] = Recorder(name)
+        namespace[name] = RemoteClass(tests, name)
     random.seed(0)  # tests that draw random inputs draw the same ones for every program
     candidate.deadline = time.monotonic() + limits["timeout_s"]
     try:

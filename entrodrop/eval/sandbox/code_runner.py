@@ -251,6 +251,13 @@ def number(tag: str, payload):
     return decode([tag, payload])
 
 
+def as_dict(tag: str, payload) -> tuple:
+    """A Counter, OrderedDict or defaultdict as the dict it equals in Python's ``==``."""
+    if tag in ("counter", "ordereddict"):
+        return "dict", payload
+    return ("dict", payload[1]) if tag == "defaultdict" else (tag, payload)
+
+
 def same_value(a, b) -> bool:
     """Encoded values (``sandbox_child.encode``) equal by value and type: ints and floats compare
     as numbers (``3 == 3.0``, as Python's ``==`` in the tests), a bool is neither, a tuple is
@@ -262,8 +269,11 @@ def same_value(a, b) -> bool:
         (True, False)
         >>> same_value(encode({"a": 1, "b": 2}), encode({"b": 2, "a": 1}))
         True
+        >>> from collections import Counter
+        >>> same_value(encode(Counter("aab")), encode({"b": 1, "a": 2}))
+        True
     """
-    (tag_a, a), (tag_b, b) = a, b
+    (tag_a, a), (tag_b, b) = as_dict(*a), as_dict(*b)
     if {tag_a, tag_b} <= {"int", "float"}:
         return number(tag_a, a) == number(tag_b, b)
     if tag_a != tag_b:

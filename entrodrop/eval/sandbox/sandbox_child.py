@@ -9,6 +9,11 @@ pipes, one JSON object a line, each request numbered and each reply carrying its
 - ``{"id", "op": "call", "name", "args", "kwargs", "solution"}``: call a function of the program
   (``solution``: a method of one ``Solution()``, LiveCodeBench's form) with arguments encoded by
   ``encode``. Reply ``{"id", "ok": <encoded return value>}``;
+- the objects of the program's own classes that the tests hold stay here, each with a number
+  (``["handle", [number, class name]]`` in a value): ``{"id", "op": "new", "name", "args",
+  "kwargs"}`` builds one with the program's class of that name (the test's ``Node(1)``);
+  ``getattr``/``setattr``/``truth`` (``"handle"``, ``"attr"``, ``"value"``) read and set its
+  attributes and test its truth; ``call`` with ``"handle"`` for ``"name"`` calls it (a method);
 - ``{"id", "op": "stdin", "input"}``: run the program as ``__main__`` on that input (``input()``,
   ``sys.stdin``, ``open(0)``). Reply ``{"id", "ok": <what it printed>}``;
 - any failure: ``{"id", "error": "<type>: <message>"}``; when a called function of the program
@@ -34,6 +39,7 @@ import os
 import resource
 import struct
 import sys
+import types
 
 PRELUDE = """\
 import bisect, collections, functools, heapq, itertools, math, operator, random, re, string, sys
@@ -66,35 +72,29 @@ RAISABLE = frozenset(["Exception", "ArithmeticError", "AttributeError", "IndexEr
                       "ZeroDivisionError"])
 
 
-class Instance:
-    """A test's ``Pair(5, 24)`` for a class of the reference solution, as the harness records
-    it: the class's name and its constructor's arguments. Only the harness encodes one
-    (``encode(..., instances=True)``, tag ``object``); the candidate rebuilds it with the
-    program's own class of that name (``decode(..., build=...)``), as the test run in the
-    program's process would have called it."""
-
-    __slots__ = ("name", "args", "kwargs")
-
-    def __init__(self, name: str, args: tuple, kwargs: dict):
-        self.name, self.args, self.kwargs = name, args, kwargs
-
-    def __repr__(self) -> str:
-        return f"{self.name}(...)"
+# Types beside the plain ones that a test compares by value: each crosses as its plain contents
+# and is built again on the other side from the receiver's own class, never the sender's object
+# (a program's Counter with an ``__eq__`` that says yes arrives as a genuine Counter of its items).
+DICTS = {dict: "dict", collections.Counter: "counter", collections.OrderedDict: "ordereddict"}
+# Types that cross as values themselves (MBPP 533 passes ``int``), and a defaultdict's factory.
+TYPES = {kind.__name__: kind for kind in (bool, bytes, complex, dict, float, frozenset, int, list, set, str, tuple)}
 
 
-def encode(value, depth: int = 0, instances: bool = False):
+def encode(value, depth: int = 0, share=None):
     """``value`` as JSON that keeps its type: ``[tag, payload]``. Only the builtin types count
     (exactly: a subclass of int with its own ``__eq__`` is refused), so an object that claims to
     equal everything has no encoding and fails its test. Floats travel as ``repr`` (``nan``,
-    ``inf`` included), ints past 64 bits as hex text, a set's items sorted, a dict's in order.
-    With ``instances`` (the harness's side only), an ``Instance`` travels as
-    ``["object", [name, [args], [[key, value]]]]``.
+    ``inf`` included), ints past 64 bits as hex text, a set's items sorted, a dict's in order;
+    besides, ``complex``, ``Counter``, ``OrderedDict``, ``defaultdict`` (its factory when one of
+    ``TYPES``), ``deque`` and the types of ``TYPES``. Any other value is ``["handle", share(value)]``
+    where ``share`` gives it a reference (an object of the program's own classes, which stays in
+    the candidate), else a ``TypeError``.
 
     Example:
         >>> encode((1, [2.5, "a"], {None: True}))
         ['tuple', [['int', 1], ['list', [['float', '2.5'], ['str', 'a']]], ['dict', [[['none', None], ['bool', True]]]]]]
-        >>> encode(-(1 << 70))
-        ['int', '-0x400000000000000000']
+        >>> encode(-(1 << 70)), encode(2 - 1j), encode(int)
+        (['int', '-0x400000000000000000'], ['complex', ['2.0', '-1.0']], ['type', 'int'])
     """
     kind = type(value)
     if depth > MAX_DEPTH:
@@ -104,15 +104,26 @@ def encode(value, depth: int = 0, instances: bool = False):
     if kind in SCALARS:
         return [SCALARS[kind], repr(value) if kind is float else value]
     if kind in (list, tuple):
-        return [kind.__name__, [encode(v, depth + 1, instances) for v in value]]
+        return [kind.__name__, [encode(v, depth + 1, share) for v in value]]
     if kind in (set, frozenset):
-        return ["set", sorted((encode(v, depth + 1, instances) for v in value), key=json.dumps)]
-    if kind is dict:
+        return ["set", sorted((encode(v, depth + 1, share) for v in value), key=json.dumps)]
+    if kind in DICTS or kind is collections.defaultdict:
         # In its order: a program may depend on it (HumanEval/95 looks at the first key).
-        return ["dict", [[encode(k, depth + 1, instances), encode(v, depth + 1, instances)] for k, v in value.items()]]
-    if kind is Instance and instances:
-        return ["object", [value.name, [encode(v, depth + 1, True) for v in value.args],
-                           [[k, encode(v, depth + 1, True)] for k, v in value.kwargs.items()]]]
+        pairs = [[encode(k, depth + 1, share), encode(v, depth + 1, share)] for k, v in value.items()]
+        if kind is collections.defaultdict:
+            factory = value.default_factory
+            return ["defaultdict", [factory.__name__ if TYPES.get(getattr(factory, "__name__", "")) is factory else None,
+                                    pairs]]
+        return [DICTS[kind], pairs]
+    if kind is complex:
+        return ["complex", [repr(value.real), repr(value.imag)]]
+    if kind is collections.deque:
+        return ["deque", [value.maxlen, [encode(v, depth + 1, share) for v in value]]]
+    if kind is type and TYPES.get(value.__name__) is value:
+        return ["type", value.__name__]
+    reference = share(value) if share is not None else None
+    if reference is not None:
+        return ["handle", reference]
     raise TypeError(f"a {kind.__name__} is not a plain value")
 
 
@@ -130,13 +141,12 @@ def check_hashes(items: list, what: str) -> None:
                          "whose cost to build grows with the square of their number")
 
 
-def decode(encoded, depth: int = 0, hashable: bool = False, build=None):
+def decode(encoded, depth: int = 0, hashable: bool = False, handles=None):
     """The value ``encode`` made, or ``ValueError`` for anything else (a wrong tag, payload or
     nesting past 100 levels, a set or dict with over ``SAME_HASH`` items of one hash): what
     arrives over a pipe is checked before it is used, in time that grows with its size, not its
-    square. A set inside a set or a dict key comes back as a frozenset. An ``object`` value is
-    ``build(name, args, kwargs)`` where ``build`` is given (the candidate's side), else refused:
-    the harness never takes one from the program.
+    square. A set inside a set or a dict key comes back as a frozenset. A ``handle`` is
+    ``handles(number, class name)`` where ``handles`` is given, else refused.
 
     Example:
         >>> decode(encode((1, {2.5}, -(1 << 70)))) == (1, {2.5}, -(1 << 70))
@@ -158,31 +168,44 @@ def decode(encoded, depth: int = 0, hashable: bool = False, build=None):
         return int(payload, 16)
     if tag == "float" and kind is str and len(payload) <= 32:
         return float(payload)
-    if tag in ("list", "tuple", "set", "dict") and kind is list:
-        if tag == "dict":
-            pairs = []
-            for pair in payload:
-                if type(pair) is not list or len(pair) != 2:
-                    raise ValueError("a dict item is not a pair")
-                pairs.append((decode(pair[0], depth + 1, True, build), decode(pair[1], depth + 1, False, build)))
-            check_hashes([key for key, _ in pairs], "keys of a dict")
-            return dict(pairs)
-        items = [decode(v, depth + 1, hashable or tag == "set", build) for v in payload]
+    if tag == "complex" and kind is list and len(payload) == 2 and all(type(p) is str and len(p) <= 32 for p in payload):
+        return complex(float(payload[0]), float(payload[1]))
+    if tag == "type" and kind is str and payload in TYPES:
+        return TYPES[payload]
+    if tag in ("counter", "ordereddict", "dict") and kind is list:
+        pairs = dict(decode_pairs(payload, depth, handles))  # Counter(pairs) would count the pairs
+        return {"dict": dict, "counter": collections.Counter, "ordereddict": collections.OrderedDict}[tag](pairs)
+    if (tag == "defaultdict" and kind is list and len(payload) == 2 and type(payload[1]) is list
+            and (payload[0] is None or payload[0] in TYPES)):
+        return collections.defaultdict(TYPES.get(payload[0]), decode_pairs(payload[1], depth, handles))
+    if (tag == "deque" and kind is list and len(payload) == 2 and type(payload[1]) is list
+            and (payload[0] is None or (type(payload[0]) is int and payload[0] >= 0))):
+        return collections.deque([decode(v, depth + 1, False, handles) for v in payload[1]], payload[0])
+    if tag in ("list", "tuple", "set") and kind is list:
+        items = [decode(v, depth + 1, hashable or tag == "set", handles) for v in payload]
         if tag == "list":
             return items
         if tag == "tuple":
             return tuple(items)
         check_hashes(items, "items of a set")
         return frozenset(items) if hashable else set(items)
-    if tag == "object" and build is None:
-        raise ValueError("an object of a class, which only the harness may send")
-    if tag == "object" and kind is list and len(payload) == 3:
-        name, args, kwargs = payload
-        if (type(name) is str and name.isidentifier() and type(args) is list and type(kwargs) is list
-                and all(type(p) is list and len(p) == 2 and type(p[0]) is str for p in kwargs)):
-            return build(name, [decode(v, depth + 1, False, build) for v in args],
-                         {k: decode(v, depth + 1, False, build) for k, v in kwargs})
+    if tag == "handle" and handles is None:
+        raise ValueError("an object of the program's own class, which cannot be compared here")
+    if (tag == "handle" and kind is list and len(payload) == 2 and type(payload[0]) is int
+            and type(payload[1]) is str and len(payload[1]) <= 100):
+        return handles(*payload)
     raise ValueError(f"a malformed {tag[:20]!r} value")
+
+
+def decode_pairs(payload: list, depth: int, handles) -> list:
+    """A dict's encoded ``[key, value]`` pairs, decoded and checked for a hash flood."""
+    pairs = []
+    for pair in payload:
+        if type(pair) is not list or len(pair) != 2:
+            raise ValueError("a dict item is not a pair")
+        pairs.append((decode(pair[0], depth + 1, True, handles), decode(pair[1], depth + 1, False, handles)))
+    check_hashes([key for key, _ in pairs], "keys of a dict")
+    return pairs
 
 
 # ------------------------------------------------------------------ the seccomp filter
@@ -511,7 +534,7 @@ def run_stdin(program, stdin: str) -> str:
 
 
 class NotBuilt(Exception):
-    """An object the tests build could not be made from the program's class."""
+    """The tests build an object of a class the program does not define."""
 
 
 class Raised(Exception):
@@ -523,12 +546,14 @@ class Raised(Exception):
 
 
 class Program:
-    """The loaded program and the requests it answers."""
+    """The loaded program, the objects of its classes that the tests hold (``objects``: the
+    harness has a numbered handle for each), and the requests it answers."""
 
     def __init__(self):
         self.code = None
         self.namespace = {"__name__": "__main__"}
         self.solution = None
+        self.objects, self.numbers = [None], {}  # handle number -> object; id(object) -> number
 
     def load(self, request: dict):
         limit("RLIMIT_CPU", request["cpu_s"])
@@ -536,41 +561,76 @@ class Program:
         if not request["main"]:
             quietly(exec, self.code, self.namespace)
 
-    def call(self, request: dict):
-        if request["solution"] and "Solution" in self.namespace:
-            if self.solution is None:
-                self.solution = quietly(self.namespace["Solution"])
-            fn = getattr(self.solution, request["name"])
-        else:
-            fn = self.namespace[request["name"]]
-        args = [decode(a, build=self.build) for a in request["args"]]
-        kwargs = {k: decode(v, build=self.build) for k, v in request["kwargs"]}
+    def share(self, value):
+        """The handle ``[number, class name]`` of an object of the program's own classes (or of
+        a method of one), which stays here; ``None`` for anything else."""
+        owner = getattr(value, "__self__", None) if type(value) is types.MethodType else value
+        if type(owner).__module__ != "__main__":
+            return None
+        if id(value) not in self.numbers:  # one number an object: ``f(root) is root`` holds
+            self.numbers[id(value)] = len(self.objects)
+            self.objects.append(value)  # kept alive, so its id is never reused
+        return [self.numbers[id(value)], type(owner).__name__[:100]]
+
+    def held(self, number: int, name: str = ""):
+        if not 0 < number < len(self.objects):
+            raise ValueError(f"no object {number}")
+        return self.objects[number]
+
+    def run(self, fn, *args, **kwargs):
+        """``fn(*args, **kwargs)`` of the program, its value encoded. Only an exception of a
+        built-in type itself in ``RAISABLE`` is ``Raised`` (raised again in the test): a
+        missing function or class stays a failure, whatever the test catches."""
         try:
             value = quietly(fn, *args, **kwargs)
         except Exception as e:
-            # Only the program's own call, and only an exception of the built-in type itself:
-            # a missing function or class above stays a failure, whatever the test catches.
             name = type(e).__name__
-            if not request["solution"] and name in RAISABLE and type(e) is getattr(builtins, name):
+            if name in RAISABLE and type(e) is getattr(builtins, name):
                 raise Raised(e) from None
             raise
-        return encode(value)
+        return encode(value, share=self.share)
 
-    def build(self, name: str, args: list, kwargs: dict):
-        """The test's ``name(*args, **kwargs)`` with the program's own class of that name."""
-        cls = self.namespace.get(name)
+    def arguments(self, request: dict):
+        return ([decode(a, handles=self.held) for a in request["args"]],
+                {k: decode(v, handles=self.held) for k, v in request["kwargs"]})
+
+    def call(self, request: dict):
+        if request["solution"]:  # LiveCodeBench: a method of one Solution(), plain values only
+            if "Solution" in self.namespace:
+                if self.solution is None:
+                    self.solution = quietly(self.namespace["Solution"])
+                fn = getattr(self.solution, request["name"])
+            else:
+                fn = self.namespace[request["name"]]
+            return encode(quietly(fn, *[decode(a) for a in request["args"]], **{k: decode(v) for k, v in request["kwargs"]}))
+        fn = self.held(request["handle"]) if "handle" in request else self.namespace[request["name"]]
+        args, kwargs = self.arguments(request)
+        return self.run(fn, *args, **kwargs)
+
+    def new(self, request: dict):
+        """The test's ``Node(1)`` with the program's own class of that name; its handle."""
+        cls = self.namespace.get(request["name"])
         if not isinstance(cls, type):
-            raise NotBuilt(f"the program defines no class {name}, which the tests build")
-        try:
-            return quietly(cls, *args, **kwargs)
-        except Exception as e:
-            raise NotBuilt(f"the program's {name}(...) raised {type(e).__name__}: {e}") from None
+            raise NotBuilt(f"the program defines no class {request['name']}, which the tests build")
+        args, kwargs = self.arguments(request)
+        return self.run(cls, *args, **kwargs)
+
+    def getattr(self, request: dict):
+        return self.run(getattr, self.held(request["handle"]), request["attr"])
+
+    def setattr(self, request: dict):
+        value = decode(request["value"], handles=self.held)
+        return self.run(setattr, self.held(request["handle"]), request["attr"], value)
+
+    def truth(self, request: dict):
+        return self.run(bool, self.held(request["handle"]))
 
     def stdin(self, request: dict) -> str:
         return run_stdin(self.code, request["input"])
 
 
-OPS = {"load": Program.load, "call": Program.call, "stdin": Program.stdin}
+OPS = {"load": Program.load, "call": Program.call, "new": Program.new, "getattr": Program.getattr,
+       "setattr": Program.setattr, "truth": Program.truth, "stdin": Program.stdin}
 
 
 def main() -> None:

@@ -308,9 +308,9 @@ def test_a_reply_out_of_shape_fails_its_sample_and_the_next_one_passes(kind):
 
 
 SENT_BACK = {  # the candidate runs as __main__: the program rewrites what it answers
-    "an object of the reference's class": ("import __main__\n"
-                                           "__main__.encode = lambda value, *a, **k: ['object', ['Pair', [['int', 1]], []]]\n",
-                                           "a malformed value: an object of a class, which only the harness may send"),
+    "a value of a type that never crosses": ("import __main__\n"
+                                             "__main__.encode = lambda value, *a, **k: ['object', ['Pair', [['int', 1]], []]]\n",
+                                             "a malformed value: a malformed 'object' value"),
     "an exception outside the allow-list": ("import __main__\nclass Forged(__main__.Raised):\n    name = 'SystemExit'\n"
                                             "def max_chain_length(arr, n):\n    raise Forged('SystemExit: 0')\n",
                                             "str: SystemExit: 0"),  # raised in the test, the except would swallow it

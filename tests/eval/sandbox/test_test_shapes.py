@@ -1,0 +1,106 @@
+"""MBPP's tests of every shape run as in the program's own process (issue 39, item 7): values of
+the standard library's types cross both ways, and the objects the tests build stay in the
+candidate, reached through handles (attributes, methods, identity, truth). Every one of these
+failed every program before: the values were "not plain", the trees had no attributes."""
+
+import pytest
+import test_hostile_programs
+
+from entrodrop.eval.sandbox.code_runner import Limits, run, run_all
+from entrodrop.tasks import code_tasks
+from entrodrop.tasks.livecodebench import run_tests
+
+sandbox = test_hostile_programs.sandbox  # the fixture: bubblewrap (where it runs here), then the own layer
+
+NODE = "class Node:\n    def __init__(self, data):\n        self.data = data\n        self.left = None\n        self.right = None\n"
+HEIGHT = NODE + ("def height(node):\n    if node is None:\n        return 0\n"
+                 "    return 1 + max(height(node.left), height(node.right))\n")
+TREES = ("root = Node(1)\nroot.left = Node(2)\nroot.right = Node(3)\nroot.left.left = Node(4)\n"
+         "root.left.left.left = Node(8)\nsame = Node(5)\nsame.left = same.right = Node(6)\n")
+STACK = ("class Stack:\n    def __init__(self):\n        self.items = []\n    def push(self, x):\n        self.items.append(x)\n"
+         "    def pop(self):\n        return self.items.pop()\n    def __len__(self):\n        return len(self.items)\n"
+         "def top(s):\n    return s.items[-1]\n")
+
+# name: (reference, tests, a wrong program). Each in MBPP's form; the task ids it stands for.
+SHAPES = {
+    "a Counter back, compared with a dict (MBPP 40, 88, 902)": (
+        "from collections import Counter\ndef freq(xs):\n    return Counter(xs)\n",
+        "assert freq([1, 2, 2, 3]) == {2: 2, 1: 1, 3: 1}\nassert freq('aab') == ({'a': 2, 'b': 1})",
+        "from collections import Counter\ndef freq(xs):\n    return Counter(xs[1:])\n"),
+    "a defaultdict back (MBPP 653)": (
+        "from collections import defaultdict\ndef group(pairs):\n    d = defaultdict(list)\n    for k, v in pairs:\n"
+        "        d[k].append(v)\n    return d\n",
+        "assert group([('a', 1), ('b', 2), ('a', 3)]) == {'a': [1, 3], 'b': [2]}",
+        "def group(pairs):\n    return {k: [v] for k, v in pairs}\n"),
+    "a complex argument and a complex in the result (MBPP 124, 590)": (
+        "import cmath\ndef polar(a, b):\n    return (cmath.phase(a + b), complex(a, 0) * 1j)\n",
+        "assert polar(0, 1j) == (1.5707963267948966, 0j)\nassert polar(2, 1j)[1] == 2j",
+        "import cmath\ndef polar(a, b):\n    return (cmath.phase(a + b), 0j)\n"),
+    "a type as an argument (MBPP 533)": (
+        "def drop(xs, kind):\n    return [x for x in xs if not isinstance(x, kind)]\n",
+        "assert drop((4, 5, 7.7, 'a'), int) == [7.7, 'a']\nassert drop((1, 'a', 2.5), str) == [1, 2.5]",
+        "def drop(xs, kind):\n    return [x for x in xs if type(x) is not int]\n"),
+    "trees the tests build attribute by attribute (MBPP 367, 927)": (
+        HEIGHT, TREES + "assert height(root) == 4\nassert height(same) == 2\nassert root.left.left.data == 4",
+        NODE + "def height(node):\n    return 3\n"),
+    "an object back, read by its attributes, and the same object back": (
+        NODE + "def leftmost(node):\n    while node.left is not None:\n        node = node.left\n    return node\n",
+        TREES + "assert leftmost(root).data == 8\nassert leftmost(root) is root.left.left.left\n"
+                "assert leftmost(Node(7)).data == 7\nassert hasattr(root, 'left') and not hasattr(root, 'up')",
+        NODE + "def leftmost(node):\n    return node.left or node\n"),
+    "methods and the truth of a built object": (
+        STACK, "s = Stack()\nassert not s\ns.push(3)\ns.push(4)\nassert s and s.pop() == 4 and top(s) == 3",
+        STACK.replace("return self.items.pop()", "return self.items[0]")),
+}
+
+
+def shape_jobs() -> list:
+    jobs = []
+    for reference, tests, wrong in SHAPES.values():
+        job = {"kind": "asserts", "code": reference, "setup": reference, "tests": tests}
+        jobs += [job, {**job, "code": wrong}]
+    return jobs
+
+
+def test_every_test_shape_of_mbpp_passes_the_reference_and_fails_a_wrong_program(sandbox):
+    results = run_all(shape_jobs(), Limits(sandbox=sandbox))
+    for name, correct, wrong in zip(SHAPES, results[::2], results[1::2]):
+        assert correct.held, (name, correct.error)
+        assert not wrong.held, name
+
+
+def test_a_program_that_patches_what_its_values_compare_with_still_fails(sandbox):
+    """A Counter, or a program's object, arrives as a new one made here: the program's ``__eq__``
+    never decides a comparison in the harness."""
+    counter = ("import collections\ncollections.Counter.__eq__ = lambda a, b: True\n"
+               "def freq(xs):\n    return collections.Counter()\n")
+    obj = NODE + "    def __eq__(self, other):\n        return True\ndef height(node):\n    return Node(0)\n"
+    reference, tests, _ = SHAPES["a Counter back, compared with a dict (MBPP 40, 88, 902)"]
+    trees = {"kind": "asserts", "code": obj, "setup": HEIGHT, "tests": TREES + "assert height(root) == 4"}
+    patched, other = run_all([{"kind": "asserts", "code": counter, "setup": reference, "tests": tests}, trees],
+                             Limits(sandbox=sandbox))
+    assert not patched.held and patched.error.startswith("assertion failed: assert freq([1, 2, 2, 3])")
+    assert not other.held and other.error == "assertion failed: assert height(root) == 4"
+
+
+def test_a_handle_the_program_makes_up_reaches_no_object(sandbox):
+    forged = ("import __main__\n__main__.encode = lambda value, *a, **k: ['handle', [99, 'Node']]\n"
+              "def height(node):\n    return 4\n")
+    result = run({"kind": "asserts", "code": HEIGHT + forged, "setup": HEIGHT,
+                  "tests": TREES + "assert height(root).data == 4"}, Limits(sandbox=sandbox))
+    assert not result.held and "no object 99" in result.error
+
+
+def test_livecodebench_compares_a_counter_as_a_dict_and_refuses_an_object():
+    tests = [{"input": '"aab"', "output": '{"a": 2, "b": 1}', "testtype": "functional"}]
+    assert run_tests("from collections import Counter\ndef f(s):\n    return Counter(s)", tests, "f")
+    assert not run_tests("class C:\n    def __eq__(self, o):\n        return True\ndef f(s):\n    return C()", tests, "f")
+
+
+def test_mbpp_runs_its_test_setup_code_before_the_assertions(monkeypatch):
+    """MBPP 367 builds its trees in ``test_setup_code``; lm-eval's mbpp leaves it out."""
+    monkeypatch.setenv("HF_ALLOW_CODE_EVAL", "1")
+    doc = {"code": HEIGHT, "test_setup_code": TREES, "test_list": ["assert height(root) == 4", "assert height(same) == 2",
+                                                                   "assert height(Node(1)) == 1"]}
+    replies = [[f"```python\n{HEIGHT}```"], [f"```python\n{NODE}def height(node):\n    return 2\n```"]]
+    assert code_tasks.mbpp_sandbox(replies, [doc, doc]) == [code_tasks.PASS, code_tasks.FAIL]
