@@ -135,6 +135,11 @@ def _file_problem(path: Path, size: Optional[int]) -> Optional[str]:
     return f"{path}: {have} bytes, written with {size}" if size is not None and have != size else None
 
 
+def shard_whole(store_dir: Path, kind: str, shard: int, sizes: Dict[str, int]) -> bool:
+    """Whether every file of ``shard`` is on disk, at its size where ``sizes`` records one."""
+    return not any(_file_problem(store_dir / name, sizes.get(name)) for name in _shard_files(kind, shard))
+
+
 def store_file_problems(store_dir: Path, manifest: Dict[str, Any]) -> List[str]:
     """Each file the complete store ``manifest`` describes that is missing or not of its recorded
     size, one line each (a ``stat`` a file: milliseconds for thousands of shards)."""
@@ -212,12 +217,13 @@ def _shard_name(shard: int) -> str:
 def shards_written(store_dir: str) -> Optional[Tuple[int, int, bool]]:
     """(shards on disk, shards in all, complete) of the store begun in ``store_dir``; None where
     none was begun (no manifest). What a run stopped part way leaves, for the line it prints: a
-    shard is on disk whole or not at all (it is renamed into place)."""
+    shard counts when its files are all there, at their recorded sizes (``shard_whole``)."""
     manifest_path = Path(store_dir) / MANIFEST
     if not manifest_path.exists():
         return None
     manifest = json.loads(manifest_path.read_text())
-    done = sum((Path(store_dir) / _shard_name(s)).is_dir() for s in range(manifest["num_shards"]))
+    sizes = manifest.get("file_sizes", {})
+    done = sum(shard_whole(Path(store_dir), manifest["kind"], s, sizes) for s in range(manifest["num_shards"]))
     return done, manifest["num_shards"], manifest["complete"]
 
 
@@ -279,8 +285,7 @@ class SampleStoreWriter:
         """Shards not on disk whole, in order: not written yet, or, in a store resumed after it
         was finished, with a file since deleted or cut (``_file_problem``). Every process lists
         the same ones: the files and the manifest are not touched until the first shard is written."""
-        return [s for s in range(self.num_shards)
-                if any(_file_problem(self.dir / name, self._sizes.get(name)) for name in _shard_files(self.kind, s))]
+        return [s for s in range(self.num_shards) if not shard_whole(self.dir, self.kind, s, self._sizes)]
 
     def shard_samples(self, shard: int) -> range:
         start = shard * self.samples_per_shard

@@ -17,7 +17,7 @@ from safetensors.torch import load_file, save_file
 
 from entrodrop.data.corpus import read_corpus, read_texts, token_hash, tokenize_corpus
 from entrodrop.data.fingerprints import fingerprint_checkpoint, store_key
-from entrodrop.data.sample_store import SampleStore, SampleStoreWriter, sample_table, write_store
+from entrodrop.data.sample_store import SampleStore, SampleStoreWriter, sample_table, shards_written, write_store
 from entrodrop.data.store_plans import jsonl_description
 from entrodrop.errors import CacheMismatchError, CorpusError, MissingFileError
 from entrodrop.method.entropy import sample_entropies
@@ -345,6 +345,7 @@ def test_a_resumed_writer_rewrites_the_missing_and_cut_shards_and_keeps_the_othe
     store.shard_file(1).unlink()
     cut(tmp_path / "shard-00002" / "samples.npy")
     (tmp_path / "samples.npy").unlink()
+    assert shards_written(str(tmp_path)) == (2, 4, True)  # what Ctrl-C's line counts as kept (it said 4)
     writer = SampleStoreWriter(str(tmp_path), kind, store.key, 4, samples_per_shard=1, create=True)
     other_process = SampleStoreWriter(str(tmp_path), kind, store.key, 4, samples_per_shard=1, create=False)
     assert writer.pending_shards() == other_process.pending_shards() == [1, 2]
