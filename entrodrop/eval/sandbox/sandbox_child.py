@@ -75,7 +75,11 @@ RAISABLE = frozenset(["Exception", "ArithmeticError", "AttributeError", "IndexEr
 # Types beside the plain ones that a test compares by value: each crosses as its plain contents
 # and is built again on the other side from the receiver's own class, never the sender's object
 # (a program's Counter with an ``__eq__`` that says yes arrives as a genuine Counter of its items).
+# The classes are taken here, before any program runs: one that rebinds ``collections.deque``
+# changes nothing below.
 DICTS = {dict: "dict", collections.Counter: "counter", collections.OrderedDict: "ordereddict"}
+DICT_TAGS = {tag: kind for kind, tag in DICTS.items()}
+DEFAULTDICT, DEQUE = collections.defaultdict, collections.deque
 # Types that cross as values themselves (MBPP 533 passes ``int``), and a defaultdict's factory.
 TYPES = {kind.__name__: kind for kind in (bool, bytes, complex, dict, float, frozenset, int, list, set, str, tuple)}
 
@@ -107,17 +111,17 @@ def encode(value, depth: int = 0, share=None):
         return [kind.__name__, [encode(v, depth + 1, share) for v in value]]
     if kind in (set, frozenset):
         return ["set", sorted((encode(v, depth + 1, share) for v in value), key=json.dumps)]
-    if kind in DICTS or kind is collections.defaultdict:
+    if kind in DICTS or kind is DEFAULTDICT:
         # In its order: a program may depend on it (HumanEval/95 looks at the first key).
         pairs = [[encode(k, depth + 1, share), encode(v, depth + 1, share)] for k, v in value.items()]
-        if kind is collections.defaultdict:
+        if kind is DEFAULTDICT:
             factory = value.default_factory
             return ["defaultdict", [factory.__name__ if TYPES.get(getattr(factory, "__name__", "")) is factory else None,
                                     pairs]]
         return [DICTS[kind], pairs]
     if kind is complex:
         return ["complex", [repr(value.real), repr(value.imag)]]
-    if kind is collections.deque:
+    if kind is DEQUE:
         return ["deque", [value.maxlen, [encode(v, depth + 1, share) for v in value]]]
     if kind is type and TYPES.get(value.__name__) is value:
         return ["type", value.__name__]
@@ -172,15 +176,14 @@ def decode(encoded, depth: int = 0, hashable: bool = False, handles=None):
         return complex(float(payload[0]), float(payload[1]))
     if tag == "type" and kind is str and payload in TYPES:
         return TYPES[payload]
-    if tag in ("counter", "ordereddict", "dict") and kind is list:
-        pairs = dict(decode_pairs(payload, depth, handles))  # Counter(pairs) would count the pairs
-        return {"dict": dict, "counter": collections.Counter, "ordereddict": collections.OrderedDict}[tag](pairs)
+    if tag in DICT_TAGS and kind is list:
+        return DICT_TAGS[tag](dict(decode_pairs(payload, depth, handles)))  # Counter(pairs) would count the pairs
     if (tag == "defaultdict" and kind is list and len(payload) == 2 and type(payload[1]) is list
             and (payload[0] is None or payload[0] in TYPES)):
-        return collections.defaultdict(TYPES.get(payload[0]), decode_pairs(payload[1], depth, handles))
+        return DEFAULTDICT(TYPES.get(payload[0]), decode_pairs(payload[1], depth, handles))
     if (tag == "deque" and kind is list and len(payload) == 2 and type(payload[1]) is list
             and (payload[0] is None or (type(payload[0]) is int and payload[0] >= 0))):
-        return collections.deque([decode(v, depth + 1, False, handles) for v in payload[1]], payload[0])
+        return DEQUE([decode(v, depth + 1, False, handles) for v in payload[1]], payload[0])
     if tag in ("list", "tuple", "set") and kind is list:
         items = [decode(v, depth + 1, hashable or tag == "set", handles) for v in payload]
         if tag == "list":
