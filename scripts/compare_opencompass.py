@@ -194,7 +194,7 @@ def oc_code_verdicts(cases: list, docs: list) -> dict:
     mbpp = [i for i, c in enumerate(cases) if c["benchmark"] == "mbpp"]
     runs = [(humaneval, [docs[i]["prompt"] + docs[i]["canonical_solution"] for i in humaneval],
              [docs[i]["test"] for i in humaneval], [f"check({docs[i]['entry_point']})" for i in humaneval]),
-            (mbpp, [docs[i]["code"] for i in mbpp], ["\n".join([docs[i].get("test_setup_code") or "", *docs[i]["test_list"]]) for i in mbpp],
+            (mbpp, [docs[i]["code"] for i in mbpp], [code_tasks.mbpp_tests(docs[i]) for i in mbpp],
              ["" for _ in mbpp])]
     for indices, references, tests, calls in runs:
         if indices:

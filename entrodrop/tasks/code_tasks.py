@@ -62,14 +62,17 @@ def humaneval_sandbox(resps: List[List[str]], docs: List[Dict]) -> List[str]:
                          [d["test"] for d in docs], [f"check({d['entry_point']})" for d in docs]))
 
 
+def mbpp_tests(doc: Dict) -> str:
+    """An MBPP problem's tests: its ``test_setup_code`` (task 367 builds its trees there; lm-eval's
+    own ``mbpp`` leaves it out, so that task fails every program there), then its assertions."""
+    return "\n".join([doc.get("test_setup_code") or "", *doc["test_list"]])
+
+
 def mbpp_jobs(resps: List[List[str]], docs: List[Dict]) -> List[Dict]:
     """MBPP: the response's program (its entry point: the function the tests call that the
-    reference defines), then the problem's ``test_setup_code`` (task 367 builds its trees there;
-    lm-eval's own ``mbpp`` leaves it out, so that task fails every program there) and its three
-    assertions."""
+    reference defines), against ``mbpp_tests``."""
     return jobs([program(r[0], "", called_function("\n".join(d["test_list"]), d["code"])) for r, d in zip(resps, docs)],
-                [d["code"] for d in docs], ["\n".join([d.get("test_setup_code") or "", *d["test_list"]]) for d in docs],
-                ["" for _ in docs])
+                [d["code"] for d in docs], [mbpp_tests(d) for d in docs], ["" for _ in docs])
 
 
 def mbpp_sandbox(resps: List[List[str]], docs: List[Dict]) -> List[str]:

@@ -400,8 +400,8 @@ class Candidate:
             try:
                 # bwrap's own environment, not only the program's (--clearenv): bwrap stays the
                 # sandbox's PID 1, and /proc/1/environ is readable inside.
-                self.process = subprocess.Popen(bwrap_argv(config, self.directory, fd, scratch.visible, scratch.child), pass_fds=(fd,),
-                                                env=ENVIRONMENT, **candidate_user(), **pipes)
+                argv = bwrap_argv(config, self.directory, fd, scratch.visible, scratch.child)
+                self.process = subprocess.Popen(argv, pass_fds=(fd,), env=ENVIRONMENT, **candidate_user(), **pipes)
             finally:
                 os.close(fd)
         else:

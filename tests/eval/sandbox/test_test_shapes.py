@@ -3,7 +3,6 @@ the standard library's types cross both ways, and the objects the tests build st
 candidate, reached through handles (attributes, methods, identity, truth). Every one of these
 failed every program before: the values were "not plain", the trees had no attributes."""
 
-import pytest
 import test_hostile_programs
 
 from entrodrop.eval.sandbox.code_runner import Limits, run, run_all
@@ -12,7 +11,8 @@ from entrodrop.tasks.livecodebench import run_tests
 
 sandbox = test_hostile_programs.sandbox  # the fixture: bubblewrap (where it runs here), then the own layer
 
-NODE = "class Node:\n    def __init__(self, data):\n        self.data = data\n        self.left = None\n        self.right = None\n"
+NODE = ("class Node:\n    def __init__(self, data):\n        self.data = data\n        self.left = None\n"
+        "        self.right = None\n")
 HEIGHT = NODE + ("def height(node):\n    if node is None:\n        return 0\n"
                  "    return 1 + max(height(node.left), height(node.right))\n")
 TREES = ("root = Node(1)\nroot.left = Node(2)\nroot.right = Node(3)\nroot.left.left = Node(4)\n"
