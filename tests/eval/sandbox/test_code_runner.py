@@ -352,6 +352,7 @@ def test_sandboxed_humaneval_and_mbpp_score_through_lm_eval(tmp_path, monkeypatc
     lm = Canned(answers)
     out = lm_eval.simple_evaluate(model=lm, tasks=["humaneval_pass1", "mbpp_local"], limit=2, log_samples=False,
                                   confirm_run_unsafe_code=True,
-                                  task_manager=TaskManager(include_path=[os.path.dirname(code_tasks.__file__), str(tmp_path)]))
+                                  task_manager=TaskManager(include_path=[os.path.dirname(code_tasks.__file__), str(tmp_path)],
+                                                           include_defaults=False))
     assert out["results"]["humaneval_pass1"]["pass@1,sandbox"] == 0.5
     assert out["results"]["mbpp_local"]["pass@1,sandbox"] == 0.5
