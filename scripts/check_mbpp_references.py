@@ -14,8 +14,9 @@ import json
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
-from entrodrop.eval.sandbox.code_runner import Limits, run_all
+from entrodrop.eval.sandbox.code_runner import run_all
 from entrodrop.tasks import code_tasks
 
 SPLITS = {"test": range(11, 511), "validation": range(511, 601), "train": range(601, 975), "prompt": range(1, 11)}
@@ -33,7 +34,7 @@ def tasks(data: str, split: str) -> list:
 
 def plain(row: dict, timeout_s: float) -> str:
     """The reference, its setup code and its tests in one plain process: "" when they pass."""
-    source = "\n".join([row["code"], row["test_setup_code"], *row["test_list"]])
+    source = row["code"] + "\n" + code_tasks.mbpp_tests(row)
     try:
         done = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -51,7 +52,7 @@ def main() -> None:
     rows = tasks(args.data, args.split)
     start = time.monotonic()
     results = run_all(code_tasks.mbpp_jobs([[row["code"]] for row in rows], rows),
-                      Limits(timeout_s=code_tasks.LIMITS.timeout_s, sandbox=args.sandbox), args.workers)
+                      replace(code_tasks.LIMITS, sandbox=args.sandbox), args.workers)
     seconds = time.monotonic() - start
     native = [plain(row, 30.0) for row in rows]
     print(f"MBPP {args.split}: {len(rows)} reference solutions. In the sandbox ({results[0].sandbox}; {seconds:.1f} s, "
@@ -61,6 +62,7 @@ def main() -> None:
     for row, result, why in zip(rows, results, native):
         if result.held != (why == ""):
             print(f"| {row['task_id']} | {'passes' if result.held else result.error} | {why or 'passes'} |")
+
 
 if __name__ == "__main__":
     main()

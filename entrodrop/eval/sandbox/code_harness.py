@@ -221,21 +221,22 @@ class Scratch:
         may read it, else a read-only bind of it under this scratch directory (an interpreter
         under root's 0700 home, as pyenv and conda install it there). Binds live in this
         process's private mount namespace, so only as root, where a candidate is dropped."""
-        if not candidate_user() or reachable_by_others(path):
-            return path
-        if path not in self.staged:
-            if not self.private:
-                raise OSError(f"{path} is not readable by others, and no mount namespace can be made to show it")
-            target = os.path.join(self.base, f"stage-{len(self.staged)}")
-            if os.path.isdir(path):
-                os.mkdir(target, 0o755)
-            else:
-                os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o644))
-            for flags in (MS_BIND | MS_REC, MS_BIND | MS_REMOUNT | MS_RDONLY):
-                if self.libc.mount(path.encode(), target.encode(), None, flags, None) != 0:
-                    raise OSError(ctypes.get_errno(), f"cannot show {path} to the candidate at {target}")
-            self.staged[path] = target
+        if path not in self.staged:  # once a path: every candidate's start asks again
+            self.staged[path] = path if not candidate_user() or reachable_by_others(path) else self.stage(path)
         return self.staged[path]
+
+    def stage(self, path: str) -> str:
+        if not self.private:
+            raise OSError(f"{path} is not readable by others, and no mount namespace can be made to show it")
+        target = os.path.join(self.base, f"stage-{len(self.staged)}")
+        if os.path.isdir(path):
+            os.mkdir(target, 0o755)
+        else:
+            os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o644))
+        for flags in (MS_BIND | MS_REC, MS_BIND | MS_REMOUNT | MS_RDONLY):
+            if self.libc.mount(path.encode(), target.encode(), None, flags, None) != 0:
+                raise OSError(ctypes.get_errno(), f"cannot show {path} to the candidate at {target}")
+        return target
 
     def describe(self, limits: dict) -> str:
         """What caps the candidate's writes, as ``Run.sandbox`` reports it."""
@@ -519,8 +520,8 @@ def checked(payload, handles=None):
 
 
 class Tests:
-    """What the tests reach the program through: its functions (``Remote``), its classes
-    (``RemoteClass``) and its objects (``Handle``), each use a request to the candidate by the
+    """What the tests reach the program through: its functions and classes (``Remote``) and its
+    objects (``Handle``), each use a request to the candidate by the
     deadline of all the tests' requests, answered with a plain value or a handle."""
 
     def __init__(self, candidate: Candidate):
@@ -559,24 +560,15 @@ class Tests:
 
 
 class Remote:
-    """What the tests call instead of the program's function: a remote call to the candidate."""
+    """What the tests call instead of the program's function (``op`` "call") or of a class of the
+    reference (``op`` "new": ``Node(1)`` is built in the candidate with the program's own
+    ``Node``, and the test holds its ``Handle``): a request to the candidate."""
 
-    def __init__(self, tests: Tests, name: str):
-        self.tests, self.name = tests, name
+    def __init__(self, tests: Tests, op: str, name: str):
+        self.tests, self.op, self.name = tests, op, name
 
     def __call__(self, *args, **kwargs):
-        return self.tests.call({"op": "call", "name": self.name}, args, kwargs)
-
-
-class RemoteClass:
-    """What the tests call instead of a class of the reference: ``Node(1)`` is built in the
-    candidate with the program's own ``Node``, and the test holds its ``Handle``."""
-
-    def __init__(self, tests: Tests, name: str):
-        self.tests, self.name = tests, name
-
-    def __call__(self, *args, **kwargs) -> "Handle":
-        return self.tests.call({"op": "new", "name": self.name}, args, kwargs)
+        return self.tests.call({"op": self.op, "name": self.name}, args, kwargs)
 
 
 class Handle:
@@ -657,9 +649,9 @@ def run_asserts(candidate: Candidate, job: dict, limits: dict) -> None:
         raise CandidateFailed(f"the reference solution's code failed in the harness: {type(e).__name__}: {e}"[:300]) from None
     tests = Tests(candidate)
     for name in names:
-        namespace[name] = Remote(tests, name)
+        namespace[name] = Remote(tests, "call", name)
     for name in classes:
-        namespace[name] = RemoteClass(tests, name)
+        namespace[name] = Remote(tests, "new", name)
     random.seed(0)  # tests that draw random inputs draw the same ones for every program
     candidate.deadline = time.monotonic() + limits["timeout_s"]
     try:

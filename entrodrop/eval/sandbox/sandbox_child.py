@@ -177,10 +177,11 @@ def decode(encoded, depth: int = 0, hashable: bool = False, handles=None):
     if tag == "type" and kind is str and payload in TYPES:
         return TYPES[payload]
     if tag in DICT_TAGS and kind is list:
-        return DICT_TAGS[tag](dict(decode_pairs(payload, depth, handles)))  # Counter(pairs) would count the pairs
+        items = decode_dict(payload, depth, handles)
+        return items if tag == "dict" else DICT_TAGS[tag](items)
     if (tag == "defaultdict" and kind is list and len(payload) == 2 and type(payload[1]) is list
             and (payload[0] is None or payload[0] in TYPES)):
-        return DEFAULTDICT(TYPES.get(payload[0]), decode_pairs(payload[1], depth, handles))
+        return DEFAULTDICT(TYPES.get(payload[0]), decode_dict(payload[1], depth, handles))
     if (tag == "deque" and kind is list and len(payload) == 2 and type(payload[1]) is list
             and (payload[0] is None or (type(payload[0]) is int and payload[0] >= 0))):
         return DEQUE([decode(v, depth + 1, False, handles) for v in payload[1]], payload[0])
@@ -200,15 +201,15 @@ def decode(encoded, depth: int = 0, hashable: bool = False, handles=None):
     raise ValueError(f"a malformed {tag[:20]!r} value")
 
 
-def decode_pairs(payload: list, depth: int, handles) -> list:
-    """A dict's encoded ``[key, value]`` pairs, decoded and checked for a hash flood."""
+def decode_dict(payload: list, depth: int, handles) -> dict:
+    """A dict from its encoded ``[key, value]`` pairs, checked for a hash flood before it is built."""
     pairs = []
     for pair in payload:
         if type(pair) is not list or len(pair) != 2:
             raise ValueError("a dict item is not a pair")
         pairs.append((decode(pair[0], depth + 1, True, handles), decode(pair[1], depth + 1, False, handles)))
     check_hashes([key for key, _ in pairs], "keys of a dict")
-    return pairs
+    return dict(pairs)
 
 
 # ------------------------------------------------------------------ the seccomp filter
@@ -567,7 +568,7 @@ class Program:
     def share(self, value):
         """The handle ``[number, class name]`` of an object of the program's own classes (or of
         a method of one), which stays here; ``None`` for anything else."""
-        owner = getattr(value, "__self__", None) if type(value) is types.MethodType else value
+        owner = value.__self__ if type(value) is types.MethodType else value
         if type(owner).__module__ != "__main__":
             return None
         if id(value) not in self.numbers:  # one number an object: ``f(root) is root`` holds
