@@ -1,7 +1,7 @@
 """Validation loss by entropy bucket, the paper's diagnostic of multi-epoch overfitting.
 
 Held-out target samples (a token store and their entropy cache, computed with the base
-model like the training ones) are packed in order into rows. Their tokens fall in three
+model like the training ones) are packed in order into rows, evaluated longest first. Their tokens fall in three
 buckets, over all N held-out tokens that have an entropy:
 
     all    every predicted token
@@ -80,12 +80,16 @@ def open_validation(tokens_dir: Optional[str], entropy_dir: Optional[str]) -> Op
 
 def validation_batches(tokens: SampleStore, entropy: SampleStore, buckets: Sequence[np.ndarray], seq_len: int,
                        batch_size: int, rank: int = 0, world_size: int = 1) -> Iterator[Dict[str, torch.Tensor]]:
-    """The held-out samples packed in order into rows; rank r gets rows r, r + N, ... in batches.
-    ``buckets``: each sample's bucket flags (``entropy_buckets`` of ``entropy``), which the
-    batches carry as ``batch["bucket"]`` (``[b, s]`` uint8, 0 where a row has no sample).
+    """The held-out samples packed in order into rows; rank r gets rows r, r + N, ... of them,
+    longest first, in batches. ``buckets``: each sample's bucket flags (``entropy_buckets`` of
+    ``entropy``), which the batches carry as ``batch["bucket"]`` (``[b, s]`` uint8, 0 where a row
+    has no sample).
 
-    Every rank yields the same number of batches (padded with empty rows), so a sharded model
-    runs the same forwards on every rank.
+    A batch is cut after its longest row's last token: the columns beyond hold padding alone,
+    which a causal model's earlier positions never see, so every loss is the one the full rows
+    give (up to float rounding) for less work; the longest rows go first so that the rows of a
+    batch are alike in length. Every rank yields the same number of batches (a rank out of rows
+    gets one empty row), so a sharded model runs the same forwards on every rank.
     """
     rows, row, free = [], [], seq_len
     for i in range(len(tokens)):
@@ -98,21 +102,23 @@ def validation_batches(tokens: SampleStore, entropy: SampleStore, buckets: Seque
         row.append((TARGET, i))
         free -= n
     rows.append(row)
-    per_rank = math.ceil(len(rows) / world_size / batch_size) * batch_size
-    mine = rows[rank::world_size]
-    mine += [[] for _ in range(per_rank - len(mine))]
+    used = lambda row: sum(int(tokens.table[i]["length"]) for _, i in row)  # noqa: E731
+    rows.sort(key=used, reverse=True)  # stable: rows of one length stay in store order
+    mine, num_batches = rows[rank::world_size], math.ceil(math.ceil(len(rows) / world_size) / batch_size)
 
     def fetch(domain: int, i: int):
         ids = tokens[i]
         entropy.check_sample(i, ids)
         return ids, buckets[i]
 
-    for start in range(0, per_rank, batch_size):
-        batch = pack_rows(mine[start : start + batch_size], seq_len, fetch)
+    for start in range(0, num_batches * batch_size, batch_size):
+        part = mine[start : start + batch_size] or [[]]  # out of rows: one empty row, a forward like the others'
+        batch = pack_rows(part, seq_len, fetch)
         # pack_rows lays out what fetch returns beside the ids as float32 "entropy", NaN outside
         # the samples: here those values are the bucket flags (0 to 3, exact in float32).
         batch["bucket"] = batch.pop("entropy").nan_to_num(0).to(torch.uint8)
-        yield batch
+        width = max(1, max(map(used, part)))  # an all-empty batch (another rank has rows) keeps one column
+        yield {k: v[:, :width] for k, v in batch.items()}
 
 
 @torch.no_grad()

@@ -17,6 +17,7 @@ from entrodrop.eval.validation import (
     bucket_loss_sums,
     entropy_buckets,
     validation_batches,
+    validation_losses,
 )
 
 
@@ -172,3 +173,32 @@ def test_validation_losses_by_bucket_are_a_hand_computation_on_one_rank_or_two(t
     assert totals[1::2].tolist() == [len(loss), len(loss) // 2, len(loss) // 4]
     means = (totals[0::2] / totals[1::2]).tolist()
     assert means == pytest.approx([expected[k] for k in ("all", "low", "high")], rel=1e-6)
+
+
+def test_batches_cut_after_their_longest_row_give_the_losses_of_the_full_rows(tmp_path):
+    """The held-out rows go longest first and each batch ends at its longest row's last token: a
+    causal model's losses are those of the rows padded to seq_len, to float rounding, for less work."""
+    from entrodrop.models.qwen3 import qwen3
+
+    tokens, entropy = two_valued_validation(tmp_path)
+    torch.manual_seed(0)
+    model = qwen3(vocab_size=32, num_layers=2, num_heads=2, num_kv_heads=1, embed_dim=16, intermediate_dim=32,
+                  max_seq_len=64, head_dim=8, norm_eps=1e-6, rope_base=10000.0, tie_word_embeddings=True).eval()
+    flags = entropy_buckets([entropy[i] for i in range(len(entropy))])
+    batches = list(validation_batches(tokens, entropy, flags, 16, 3))
+    widths = [batch["tokens"].shape[1] for batch in batches]
+    used = [[int((row != -1).sum()) for row in batch["document_ids"]] for batch in batches]
+    assert widths == [max(u) for u in used] and min(widths) < 16  # cut, and the last row reached
+    assert sum(map(sum, used)) == sum(int(tokens.table[i]["length"]) for i in range(len(tokens)))
+    assert [u for us in used for u in us] == sorted((u for us in used for u in us), reverse=True)
+
+    def padded(batch):  # the same rows padded back to 16 columns, as they were laid out before
+        pad = 16 - batch["tokens"].shape[1]
+        fill = {"tokens": 0, "labels": IGNORE_INDEX, "document_ids": -1, "bucket": 0, "domain": -1, "sample": -1}
+        out = {k: F.pad(v, (0, pad), value=fill[k]) for k, v in batch.items() if k != "input_pos"}
+        out["input_pos"] = torch.cat([batch["input_pos"], torch.arange(pad).expand(len(batch["tokens"]), pad)], 1)
+        return out
+
+    cut = validation_losses(model, iter(batches), torch.device("cpu"))
+    full = validation_losses(model, map(padded, batches), torch.device("cpu"))
+    assert cut == pytest.approx(full, rel=1e-6) and cut["all"] > 0
