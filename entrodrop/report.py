@@ -121,7 +121,7 @@ def read_run(run_dir: str) -> Dict:
     config = (yaml.safe_load(config_file.read_text()) if config_file.is_file() else {}) or {}
     fixed = [e["auto_midpoint"] for e in evals if e.get("auto_midpoint")]
     lm_eval = (config.get("evaluation") or {}).get("lm_eval") or {}
-    return {"name": root.name, "steps": dict(sorted(steps.items())), "evals": evals,
+    return {"name": root.name, "steps": dict(sorted(steps.items())), "evals": evals, "seed": config.get("seed"),
             "token_dropout": config.get("token_dropout"), "auto_midpoint": fixed[-1] if fixed else None,
             # the group its best checkpoint was chosen by, when it ran lm-eval tasks
             "target_group": lm_eval.get("target_group") if any((lm_eval.get("tasks") or {}).values()) else None}
@@ -343,7 +343,8 @@ def write_report(runs: List[Dict], out_dir: str, target_group: Optional[str] = N
     for note in notes:
         log.warning(note)
 
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6), sharex=True)
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4.2), sharex=True)
+    axes[2].sharey(axes[1])  # the low and high buckets on one scale, as the paper's figure 1c
     for ax, bucket in zip(axes, BUCKET_TITLES):
         for run in runs:
             points = [(e["target_epoch"], e["val_loss"][bucket]) for e in with_epoch(run["evals"]) if "val_loss" in e]
@@ -357,8 +358,9 @@ def write_report(runs: List[Dict], out_dir: str, target_group: Optional[str] = N
                        label=f"{baseline}: proposed j0")
         ax.set(title=BUCKET_TITLES[bucket], xlabel="target epoch", ylabel="validation loss")
         ax.grid(alpha=0.3)
-    axes[0].legend()
-    fig.tight_layout()
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), frameon=False)  # below: no curve hidden
+    fig.tight_layout(rect=(0, 0.06 * math.ceil(len(labels) / 4), 1, 1))
     fig.savefig(out / "val_loss_by_entropy.png", dpi=110)
     plt.close(fig)
 

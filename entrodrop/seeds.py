@@ -3,31 +3,37 @@
 A *setting* is one configuration trained with one or more seeds (``seed`` draws the data order and
 every mask, on the same base). Each run is reduced to its figures (``run_figures``): the best epoch
 and minimum validation loss (table 4's columns), the validation loss by entropy bucket at the last
-evaluation, and the best target-group average where tasks were scored. A setting's figure is the
-mean over its seeds.
+evaluation, how far each bucket rebounded, and the best target-group average where tasks were
+scored. A setting's figure is the mean over its seeds, shown with their range.
 
-The *seed spread* of a figure is the widest range (largest minus smallest) over the seeds of any one
-setting that has several (``seed_spread``): how far the seed alone moved that figure. A difference
-between two settings no larger than it is noise at this scale, and the tables say so beside every
-difference (``difference``); a figure measured with one seed per setting has no spread, and its
-differences are marked as unchecked.
+Two settings are compared *seed by seed*. Seed s draws the same data order and the same base in
+every setting, so the difference ``setting_s - reference_s`` holds what the setting changed and
+little of what the seed did (common random numbers): these paired differences vary far less than
+either setting's own seeds. ``paired`` gives their mean, its 95% t-interval over the seeds both
+settings have (``entrodrop.stats.t_interval``) and how many lie on each side of 0; a seed one of
+the two lacks is left out. ``verdict`` reads a paired difference against the direction a claim
+expects: ``holds`` when the interval excludes 0 in that direction, ``reversed`` when it excludes 0
+the other way, ``not resolved`` when it holds 0 or there is a single pair (no interval).
 
-    >>> settings = {"baseline": [{"min_val_loss": 1.00}, {"min_val_loss": 1.02}], "other": [{"min_val_loss": 0.95}]}
-    >>> spread = seed_spread(settings, ["min_val_loss"])
-    >>> round(spread["min_val_loss"], 4)
-    0.02
-    >>> difference(mean_figures(settings["other"])["min_val_loss"],
-    ...            mean_figures(settings["baseline"])["min_val_loss"], spread["min_val_loss"], 4)
-    '-0.0600 (beyond the spread 0.0200)'
+    >>> base = {0: {"min_val_loss": 1.00}, 1: {"min_val_loss": 1.02}, 2: {"min_val_loss": 0.99}}
+    >>> other = {0: {"min_val_loss": 0.97}, 1: {"min_val_loss": 0.995}, 2: {"min_val_loss": 0.96}}
+    >>> p = paired(other, base, "min_val_loss")
+    >>> p["n"], round(p["mean"], 4), p["below"], verdict(p, lower_is_better=True)
+    (3, -0.0283, 3, 'holds')
+    >>> difference_cell(p, 4)
+    '-0.0283 [-0.0355, -0.0212]'
 """
 
 from typing import Dict, List, Optional, Sequence
 
 from entrodrop.eval.records import best_epoch
-from entrodrop.report import compared, documents_per_task, markdown_table, run_signal, summarize
+from entrodrop.report import BUCKET_TITLES, compared, documents_per_task, markdown_table, run_signal, summarize
+from entrodrop.stats import CONFIDENCE, t_interval
 
 FIGURES = ("best_epoch", "min_val_loss", "end_all", "end_low", "end_high", "low_rise", "high_rise", "last_epoch",
            "best_average")
+# The verdicts a paired difference gets.
+HOLDS, REVERSED, NOT_RESOLVED = "holds", "reversed", "not resolved"
 
 
 def run_figures(run: Dict, target_group: Optional[str] = None,
@@ -89,61 +95,90 @@ def value_range(seeds: Sequence[Dict[str, Optional[float]]], key: str) -> Option
     return max(known) - min(known) if len(known) >= 2 else None
 
 
-def seed_spread(settings: Dict[str, Sequence[Dict]], keys: Sequence[str] = FIGURES) -> Dict[str, Optional[float]]:
-    """Each figure's seed spread: the widest ``value_range`` over the settings that have several
-    seeds of it (None where none has)."""
-    spread = {}
-    for key in keys:
-        ranges = _known([value_range(seeds, key) for seeds in settings.values()])
-        spread[key] = max(ranges) if ranges else None
-    return spread
+def by_seed(runs: Sequence[Dict]) -> Dict[int, Dict]:
+    """``runs`` (``entrodrop.report.read_run`` records, one a seed) keyed by the seed each trained
+    with (its saved config's ``seed``; a run without a saved config by its place in ``runs``).
 
-
-def difference(value: Optional[float], reference: Optional[float], spread: Optional[float], digits: int) -> str:
-    """``value - reference`` as a table cell, with the seed spread beside it: beyond it, within it
-    (noise at this scale), or no spread measured.
-
-    >>> difference(3.40, 3.45, 0.02, 2)
-    '-0.05 (beyond the spread 0.02)'
-    >>> difference(3.44, 3.45, 0.02, 2)
-    '-0.01 (within the spread 0.02)'
-    >>> difference(3.44, 3.45, None, 2)
-    '-0.01 (no seed spread measured)'
-    >>> difference(None, 3.45, 0.02, 2)
-    '-'
+    Raises:
+        ValueError: two runs of one setting trained with the same seed (not two seeds).
     """
-    if value is None or reference is None:
-        return "-"
-    delta = value - reference
-    if spread is None:
-        return f"{delta:+.{digits}f} (no seed spread measured)"
-    return f"{delta:+.{digits}f} ({'beyond' if abs(delta) > spread else 'within'} the spread {spread:.{digits}f})"
+    keyed: Dict[int, Dict] = {}
+    for k, run in enumerate(runs):
+        seed = run.get("seed")
+        seed = k if seed is None else seed
+        if seed in keyed:
+            raise ValueError(f"runs {keyed[seed]['name']} and {run['name']} both trained with seed {seed}: "
+                             "a setting's runs are one a seed")
+        keyed[seed] = run
+    return keyed
 
 
-def verdict(value: Optional[float], reference: Optional[float], spread: Optional[float],
-            lower_is_better: bool = True) -> str:
-    """Whether ``value`` is better than ``reference`` by more than the seed spread: ``holds``,
-    ``reversed`` (worse by more than the spread), ``within the seed spread``, or, without a
-    spread or a figure, ``not measured``.
+def setting_figures(settings: Dict[str, Sequence[Dict]], target_group: Optional[str] = None) -> Dict[str, Dict[int, Dict]]:
+    """Each setting's runs (``read_run`` records, one a seed) as ``{seed: run_figures}``, every best
+    ``target_group`` average taken among the evaluations scored alike over all of them."""
+    kept = compared([run for runs in settings.values() for run in runs], target_group) if target_group else None
+    return {label: {seed: run_figures(run, target_group, kept) for seed, run in by_seed(runs).items()}
+            for label, runs in settings.items()}
 
-    >>> verdict(3.40, 3.45, 0.02), verdict(3.50, 3.45, 0.02), verdict(3.44, 3.45, 0.02)
-    ('holds', 'reversed', 'within the seed spread')
-    >>> verdict(30.0, 10.0, 3.0, lower_is_better=False)
+
+def paired(setting: Dict[int, Dict], reference: Dict[int, Dict], key: str) -> Optional[Dict]:
+    """``setting``'s figure ``key`` minus ``reference``'s, seed by seed (each ``{seed: figures}``),
+    over the seeds both have it for: ``{"seeds", "differences", "n", "mean", "low", "high",
+    "below", "above"}``, the interval (``low``, ``high``) None for one pair; None for no pair.
+
+    >>> p = paired({0: {"x": 1.0}, 1: {"x": 2.0}, 5: {"x": 9.0}}, {0: {"x": 0.5}, 1: {"x": 1.0}}, "x")
+    >>> p["seeds"], p["differences"], p["below"], p["above"]
+    ([0, 1], [0.5, 1.0], 0, 2)
+    >>> paired({0: {"x": 1.0}}, {0: {"x": 0.5}}, "x")["low"] is None
+    True
+    """
+    seeds = sorted(s for s in set(setting) & set(reference)
+                   if setting[s].get(key) is not None and reference[s].get(key) is not None)
+    if not seeds:
+        return None
+    differences = [setting[s][key] - reference[s][key] for s in seeds]
+    mean, half = t_interval(differences)
+    return {"seeds": seeds, "differences": differences, "n": len(seeds), "mean": mean,
+            "low": None if half is None else mean - half, "high": None if half is None else mean + half,
+            "below": sum(d < 0 for d in differences), "above": sum(d > 0 for d in differences)}
+
+
+def verdict(difference: Optional[Dict], lower_is_better: bool = True) -> str:
+    """A ``paired`` difference against the direction a claim expects (``lower_is_better``: the
+    setting's figure below the reference's): ``holds`` when the interval excludes 0 that way,
+    ``reversed`` when it excludes 0 the other way, ``not resolved`` otherwise (0 inside, one pair,
+    or no pair).
+
+    >>> verdict({"low": -0.03, "high": -0.01}), verdict({"low": 0.01, "high": 0.03})
+    ('holds', 'reversed')
+    >>> verdict({"low": -0.01, "high": 0.01}), verdict({"low": None, "high": None}), verdict(None)
+    ('not resolved', 'not resolved', 'not resolved')
+    >>> verdict({"low": 1.0, "high": 3.0}, lower_is_better=False)  # a later best epoch
     'holds'
     """
-    if value is None or reference is None or spread is None:
-        return "not measured"
-    gain = (reference - value) if lower_is_better else (value - reference)
-    if abs(gain) <= spread:
-        return "within the seed spread"
-    return "holds" if gain > 0 else "reversed"
+    if difference is None or difference["low"] is None:
+        return NOT_RESOLVED
+    if difference["high"] < 0:
+        return HOLDS if lower_is_better else REVERSED
+    if difference["low"] > 0:
+        return REVERSED if lower_is_better else HOLDS
+    return NOT_RESOLVED
 
 
-def setting_figures(settings: Dict[str, Sequence[Dict]], target_group: Optional[str] = None) -> Dict[str, List[Dict]]:
-    """Each setting's runs (``entrodrop.report.read_run`` records, one a seed) as ``run_figures``,
-    every best ``target_group`` average taken among the evaluations scored alike over all of them."""
-    kept = compared([run for runs in settings.values() for run in runs], target_group) if target_group else None
-    return {label: [run_figures(run, target_group, kept) for run in runs] for label, runs in settings.items()}
+def difference_cell(difference: Optional[Dict], digits: int) -> str:
+    """A ``paired`` difference as a table cell: its mean and interval, ``-`` without a pair.
+
+    >>> difference_cell({"mean": -0.02, "low": -0.03, "high": -0.01, "n": 3}, 3)
+    '-0.020 [-0.030, -0.010]'
+    >>> difference_cell({"mean": -0.02, "low": None, "high": None, "n": 1}, 3)
+    '-0.020 (one seed: no interval)'
+    """
+    if difference is None:
+        return "-"
+    mean = f"{difference['mean']:+.{digits}f}"
+    if difference["low"] is None:
+        return f"{mean} (one seed: no interval)"
+    return f"{mean} [{difference['low']:+.{digits}f}, {difference['high']:+.{digits}f}]"
 
 
 def _cell(seeds: Sequence[Dict], key: str, digits: int) -> str:
@@ -156,38 +191,64 @@ def _cell(seeds: Sequence[Dict], key: str, digits: int) -> str:
     return f"{mean:.{digits}f}{spread}"
 
 
-def settings_table(settings: Dict[str, Sequence[Dict]], baseline: str, spread: Dict[str, Optional[float]],
-                   target_group: Optional[str] = None) -> List[str]:
+# The figures a settings table shows, each (figure, column title, digits), with its paired
+# difference from the table's first setting beside it where ``compare`` says so.
+TABLE_FIGURES = (("best_epoch", "best epoch", 2, True), ("min_val_loss", "min val loss", 4, True),
+                 ("end_all", "end val loss", 4, True), ("end_low", "end low-entropy", 4, False),
+                 ("end_high", "end high-entropy", 4, False))
+
+
+def settings_table(settings: Dict[str, Sequence[Dict]], baseline: str, target_group: Optional[str] = None) -> List[str]:
     """A markdown table, one setting a row (label -> its runs, one a seed, as ``read_run`` gives
-    them): seeds, best epoch and minimum validation loss (means, the seeds' range in brackets), each
-    with its difference from ``baseline``'s beside the seed ``spread``, the validation loss by
-    entropy bucket at the end, and the best ``target_group`` average where one was scored (the
-    documents per task in the header; a run scored otherwise says so instead of a number). When a
-    row's gate ranked the loss, a last column marks each row's signal (``run_signal``); a table of
-    entropy runs alone is the paper's and has none. Columns empty in every row are left out
-    (``markdown_table``)."""
+    them): its seeds; the best epoch, the minimum validation loss and the validation loss at the
+    end, each the mean over the seeds with their range in brackets and beside it the paired
+    difference from ``baseline`` with its 95% interval (``difference_cell``); the end loss of each
+    entropy bucket; the best ``target_group`` average where one was scored (the documents per task
+    in the header; a run scored otherwise says so instead of a number). When a row's gate ranked
+    the loss, a last column marks each row's signal (``run_signal``); a table of entropy runs alone
+    is the paper's and has none. Columns empty in every row are left out (``markdown_table``)."""
     figures = setting_figures(settings, target_group)
     kept = compared([run for runs in settings.values() for run in runs], target_group) if target_group else []
-    base = mean_figures(figures[baseline])
     signals = any(run_signal(runs[0]) == "loss" for runs in settings.values())
     rows = []
     for label, runs in settings.items():
-        seeds, means = figures[label], mean_figures(figures[label])
-        average = (_cell(seeds, "best_average", 3) if means.get("best_average") is not None
+        seeds = list(figures[label].values())
+        row = [label, str(len(runs))]
+        for key, _, digits, compare in TABLE_FIGURES:
+            row.append(_cell(seeds, key, digits))
+            if compare:
+                row.append(difference_cell(paired(figures[label], figures[baseline], key), digits))
+        average = (_cell(seeds, "best_average", 3) if mean_figures(seeds).get("best_average") is not None
                    else summarize(runs[0], target_group, kept)["documents"] if target_group else "-")
-        rows.append([label, str(len(runs)),
-                     _cell(seeds, "best_epoch", 2), difference(means.get("best_epoch"), base.get("best_epoch"),
-                                                               spread.get("best_epoch"), 2),
-                     _cell(seeds, "min_val_loss", 4), difference(means.get("min_val_loss"), base.get("min_val_loss"),
-                                                                 spread.get("min_val_loss"), 4),
-                     _cell(seeds, "end_all", 4), _cell(seeds, "end_low", 4), _cell(seeds, "end_high", 4), average,
-                     difference(means.get("best_average"), base.get("best_average"), spread.get("best_average"), 3)]
+        rows.append(row + [average, difference_cell(paired(figures[label], figures[baseline], "best_average"), 3)]
                     + [run_signal(runs[0])] * signals)
+    header = ["setting", "seeds"]
+    for _, title, _, compare in TABLE_FIGURES:
+        header += [title] + [f"vs {baseline}, paired"] * compare
     documents = f" ({documents_per_task(kept[-1].get('limit'))} documents per task)" if kept else ""
-    return markdown_table(["setting", "seeds", "best epoch", f"vs {baseline}", "min val loss", f"vs {baseline}",
-                           "end val loss", "end low-entropy", "end high-entropy",
-                           f"best {target_group or 'target'} average{documents}", f"vs {baseline}"]
+    return markdown_table(header + [f"best {target_group or 'target'} average{documents}", f"vs {baseline}, paired"]
                           + ["signal"] * signals, rows)
+
+
+def claim_row(claim: str, figures: Dict[str, Dict[int, Dict]], setting: str, reference: str, key: str,
+              lower_is_better: bool, digits: int) -> List[str]:
+    """One claim as a markdown row: the claim, the two settings' means of ``key``, the paired
+    difference with its interval, how many seeds go the claim's way, and the ``verdict``.
+
+    >>> figures = {"e": {0: {"x": 0.97}, 1: {"x": 0.98}}, "b": {0: {"x": 1.0}, 1: {"x": 1.0}}}
+    >>> claim_row("e lowers x", figures, "e", "b", "x", True, 3)
+    ['e lowers x', 'e 0.975 vs b 1.000', '-0.025 [-0.089, +0.039]', '2 of 2', 'not resolved']
+    """
+    mean = lambda label: mean_figures(list(figures[label].values())).get(key)  # noqa: E731
+    value, ref = mean(setting), mean(reference)
+    means = f"{setting} {value:.{digits}f} vs {reference} {ref:.{digits}f}" if None not in (value, ref) else "-"
+    difference = paired(figures[setting], figures[reference], key)
+    agree = f"{difference['below' if lower_is_better else 'above']} of {difference['n']}" if difference else "-"
+    return [claim, means, difference_cell(difference, digits), agree, verdict(difference, lower_is_better)]
+
+
+CLAIM_HEADER = ["the paper's claim", "means", f"paired difference [{CONFIDENCE:.0%} interval]",
+                "seeds the claim's way", "verdict"]
 
 
 # The regime where the paper's mechanism exists (its section 2 and figure 1c), read off a
@@ -241,27 +302,92 @@ VERDICT_FIGURES = (("min_val_loss", "minimum validation loss", 4, True), ("best_
                    ("end_all", "validation loss at the end", 4, True), ("end_high", "high-entropy loss at the end", 4, True))
 
 
-def verdict_lines(settings: Dict[str, Sequence[Dict]], setting: str, reference: str,
-                  spread: Dict[str, Optional[float]]) -> List[str]:
-    """One sentence a figure of ``VERDICT_FIGURES``: ``setting`` against ``reference`` (each the
-    mean of its seeds), the difference, the seed spread, and the ``verdict`` (for the best epoch,
-    later is better: the paper's delay of overfitting); without a spread, no verdict.
+def verdict_lines(figures: Dict[str, Dict[int, Dict]], setting: str, reference: str) -> List[str]:
+    """One sentence a figure of ``VERDICT_FIGURES``: ``setting`` against ``reference`` (each
+    ``{seed: run_figures}``), their means, the paired difference with its interval and the
+    ``verdict`` (for the best epoch, later is the paper's way: overfitting delayed).
 
-    >>> settings = {"b": [{"min_val_loss": 1.00}, {"min_val_loss": 1.01}], "e": [{"min_val_loss": 0.97}, {"min_val_loss": 0.98}]}
-    >>> verdict_lines(settings, "e", "b", seed_spread(settings, ["min_val_loss"]))[0]
-    'e against b, minimum validation loss: 0.9750 (2 seeds) against 1.0050 (2 seeds), -0.0300; seed spread 0.0100: holds.'
-    >>> verdict_lines({"b": [{"min_val_loss": 1.0}], "e": [{"min_val_loss": 0.9}]}, "e", "b", {})[0][-60:]
-    '0 (1 seed), -0.1000; no seed spread measured, so not judged.'
+    >>> figures = {"b": {0: {"min_val_loss": 1.00}, 1: {"min_val_loss": 1.01}},
+    ...            "e": {0: {"min_val_loss": 0.97}, 1: {"min_val_loss": 0.975}}}
+    >>> verdict_lines(figures, "e", "b")[0]
+    'e against b, minimum validation loss: 0.9725 against 1.0050 (2 seeds each), paired -0.0325 [-0.0643, -0.0007]: holds.'
+    >>> verdict_lines({"b": {0: {"min_val_loss": 1.0}}, "e": {0: {"min_val_loss": 0.9}}}, "e", "b")[0].split(": ")[1]
+    '0.9000 against 1.0000 (1 seed each), paired -0.1000 (one seed'
     """
     lines = []
     for key, what, digits, lower_is_better in VERDICT_FIGURES:
-        value, ref = mean_figures(settings[setting]).get(key), mean_figures(settings[reference]).get(key)
-        if value is None or ref is None:
+        difference = paired(figures[setting], figures[reference], key)
+        if difference is None:
             continue
-        n, m = len(settings[setting]), len(settings[reference])
-        width = spread.get(key)
-        judged = ("no seed spread measured, so not judged" if width is None else
-                  f"seed spread {width:.{digits}f}: {verdict(value, ref, width, lower_is_better)}")
-        lines.append(f"{setting} against {reference}, {what}: {value:.{digits}f} ({n} seed{'s' * (n > 1)}) against "
-                     f"{ref:.{digits}f} ({m} seed{'s' * (m > 1)}), {value - ref:+.{digits}f}; {judged}.")
+        value, ref = (mean_figures([figures[label][s] for s in difference["seeds"]])[key] for label in (setting, reference))
+        n = difference["n"]
+        judged = "" if difference["low"] is None else f": {verdict(difference, lower_is_better)}"
+        lines.append(f"{setting} against {reference}, {what}: {value:.{digits}f} against {ref:.{digits}f} "
+                     f"({n} seed{'s' * (n > 1)} each), paired {difference_cell(difference, digits)}{judged}.")
     return lines
+
+
+def _curves(runs: Dict[int, Dict], bucket: str) -> Dict[int, List[tuple]]:
+    """Each seed's ``(target epoch, validation loss of bucket)`` at every evaluation, in order."""
+    return {seed: [(e["target_epoch"], e["val_loss"][bucket]) for e in run["evals"]
+                   if "val_loss" in e and e.get("target_epoch") is not None] for seed, run in runs.items()}
+
+
+def band(curves: Sequence[Sequence[tuple]]) -> List[tuple]:
+    """``(epoch, mean, half-width)`` at each evaluation index that two or more of ``curves`` (one a
+    seed, ``[(epoch, value), ...]``) reach: the k-th evaluation of every seed is the end of its k-th
+    target epoch (the last, at the final step, may come a fraction of an epoch later), so the
+    epoch is their mean and the band a 95% t-interval of the mean value over the seeds.
+
+    >>> [(e, m, round(h, 3)) for e, m, h in band([[(1.0, 2.0), (2.0, 1.0)], [(1.0, 2.2), (2.0, 1.2)]])]
+    [(1.0, 2.1, 1.271), (2.0, 1.1, 1.271)]
+    """
+    points = []
+    for k in range(max(map(len, curves), default=0)):
+        here = [curve[k] for curve in curves if len(curve) > k]
+        if len(here) >= 2:
+            mean, half = t_interval([value for _, value in here])
+            points.append((sum(epoch for epoch, _ in here) / len(here), mean, half))
+    return points
+
+
+def draw_seed_bands(settings: Dict[str, Sequence[Dict]], path) -> None:
+    """The validation loss by target epoch, each setting's mean over its seeds with its 95% band
+    (``band``), on all tokens and the two entropy buckets (the paper's figure 1c, the low and high
+    buckets on one y-axis); beneath, each setting's difference from the first (the baseline), paired
+    by seed, with its band and 0 marked. One legend, below the plots, so no curve is hidden.
+
+    ``settings``: label -> its runs (``read_run`` records, one a seed, paired by ``by_seed``).
+    """
+    import matplotlib.pyplot as plt  # entrodrop.report, imported above, chose the file-only backend
+
+    keyed = {label: by_seed(runs) for label, runs in settings.items()}
+    reference = next(iter(keyed.values()))
+    fig, axes = plt.subplots(2, 3, figsize=(14, 7.4), sharex=True)
+    axes[0, 2].sharey(axes[0, 1])
+    axes[1, 2].sharey(axes[1, 1])
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for column, (bucket, title) in enumerate(BUCKET_TITLES.items()):
+        top, bottom = axes[0, column], axes[1, column]
+        base = _curves(reference, bucket)
+        for k, (label, runs) in enumerate(keyed.items()):
+            curves = _curves(runs, bucket)
+            for ax, points in ((top, band(list(curves.values()))),
+                               (bottom, band([[(e, v - b) for (e, v), (_, b) in zip(curves[s], base[s])]
+                                              for s in curves if s in base]) if k else [])):
+                if points:
+                    epochs, means, halves = map(list, zip(*points))
+                    ax.plot(epochs, means, color=cycle[k % len(cycle)], label=label if ax is top else None)
+                    ax.fill_between(epochs, [m - h for m, h in zip(means, halves)], [m + h for m, h in zip(means, halves)],
+                                    color=cycle[k % len(cycle)], alpha=0.2, linewidth=0)
+        top.set(title=title, ylabel="validation loss")
+        bottom.axhline(0.0, color="black", linewidth=0.8)
+        bottom.set(xlabel="target epoch", ylabel=f"minus {next(iter(keyed))}, paired by seed")
+        for ax in (top, bottom):
+            ax.grid(alpha=0.3)
+    seeds = max(len(runs) for runs in keyed.values())
+    fig.suptitle(f"validation loss: the mean over {seeds} seeds with its {CONFIDENCE:.0%} band")
+    fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="lower center", ncol=len(keyed), frameon=False)
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
