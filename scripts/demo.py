@@ -58,14 +58,8 @@ from pathlib import Path
 
 from entrodrop.checkpointing import latest_checkpoint
 from entrodrop.report import propose_midpoint, read_run, write_entropy_sample, write_report
-from entrodrop.seeds import (
-    regime_table,
-    run_figures,
-    seed_spread,
-    setting_figures,
-    settings_table,
-    verdict_lines,
-)
+from entrodrop.seeds import regime_table, run_figures, setting_figures, settings_table, verdict_lines
+from entrodrop.train.run_queue import RUN_ENV, Job, run_jobs
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -236,13 +230,14 @@ def main() -> None:
         run_stages(cpu_stages(), OUT, resume)
 
 
-def data_and_base_stages() -> list:
+def data_and_base_stages(*extra: str) -> list:
     """The CPU version's first stages, which ``make reproduce`` shares: corpora, token stores and
-    the base model with its entropies. Each is (title, what runs, what it writes)."""
+    the base model with its entropies. Each is (title, what runs, what it writes); ``extra``
+    overrides go to the pre-training and the entropy precompute (``device=cuda`` on a GPU)."""
     def precompute(corpus: str):
         return lambda: tune("recipes/precompute_entropy.py", "--config", f"{CONFIGS}/precompute_entropy.yaml",
                             f"checkpointer.checkpoint_dir={base()}", f"target_tokens=outputs/demo/tokens/{corpus}",
-                            f"cache_dir=outputs/demo/entropy/{corpus}")
+                            f"cache_dir=outputs/demo/entropy/{corpus}", *extra)
 
     return [
         ("corpora from Python's own files: decimal arithmetic test cases, code, docstrings", build_corpora,
@@ -251,7 +246,7 @@ def data_and_base_stages() -> list:
          [OUT / "tokens"]),
         ("the random-weight 0.67M base model", partial(init_base, CONFIGS, "cpu"), [OUT / "init"]),
         ("pre-train it on the other operations' test cases", lambda: tune(
-            "recipes/entrodrop_single_device.py", "--config", f"{CONFIGS}/pretrain.yaml"), [OUT / "pretrain"]),
+            "recipes/entrodrop_single_device.py", "--config", f"{CONFIGS}/pretrain.yaml", *extra), [OUT / "pretrain"]),
         ("entropy of the target tokens under the base", precompute("target"), [OUT / "entropy" / "target"]),
         ("entropy of the held-out tokens", precompute("target_val"), [OUT / "entropy" / "target_val"]),
     ]
@@ -298,34 +293,41 @@ def init_base(configs: str, device: str) -> None:
 
 def run_group(out: Path, configs: str, runs: list, *extra: str, threads: int = 0, base_out: Path = None,
               baseline: str = "baseline") -> None:
-    """``runs`` (``(name, config, overrides)``) side by side, from the base model in ``base_out``
-    (default ``out``), into ``out/<name>``, each at the baseline's compute and data order (``extra``
-    overrides go to every run; ``threads``: each run's CPU threads, 0 for torch's default);
-    "{midpoint}" in an override is the proposal of the run ``out/<baseline>``. Then each run's
-    best and last validation loss."""
+    """``runs`` (``(name, config, overrides)``) side by side (``entrodrop.train.run_queue``), from
+    the base model in ``base_out`` (default ``out``), into ``out/<name>``, each at the baseline's
+    compute and data order (``extra`` overrides go to every run; ``threads``: each run's CPU threads,
+    0 for torch's default); "{midpoint}" in an override is the proposal of the run
+    ``out/<baseline>``. Then each run's best and last validation loss."""
     midpoint = None
     if any("{midpoint}" in o for _, _, overrides in runs for o in overrides):
         midpoint, line = choose_midpoint(read_run(out / baseline))
         print(f"    {line}")
-    commands = [(name, ["recipes/entrodrop_single_device.py", "--config", f"{configs}/{config}.yaml",
-                        f"checkpointer.checkpoint_dir={base(base_out or out)}",
-                        f"output_dir={(out / name).relative_to(REPO)}",
-                        *extra, *(o.format(midpoint=midpoint) for o in overrides)])
-                for name, config, overrides in runs]
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads)} if threads else None
-    logs = out / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    procs = [(name, subprocess.Popen([TUNE, "run", *args], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                                     stderr=(logs / f"{name}.log").open("w")))
-             for name, args in commands]
-    failed = [name for name, proc in procs if proc.wait()]
-    if failed:
-        raise SystemExit(f"demo stopped: {failed} failed; see {logs}/<name>.log")
-    for name, _ in commands:
-        f = run_figures(read_run(out / name))
-        print(f"    {name}: best epoch {f['best_epoch']:.2f} (val loss {f['min_val_loss']:.4f}); at epoch "
-              f"{f['last_epoch']:.2f} {f['end_all']:.4f} (low-entropy {f['end_low']:.4f}, high {f['end_high']:.4f})",
-              flush=True)
+    jobs = [Job(name, partial(run_command, configs, config, out / name, base_out or out,
+                              [*extra, *(o.format(midpoint=midpoint) for o in overrides)]), [out / name])
+            for name, config, overrides in runs]
+    done = out / ".runs"
+    for name, _, _ in runs:  # this stage runs them afresh (run_stages removed what they wrote)
+        (done / f"{name}.done").unlink(missing_ok=True)
+    run_jobs(jobs, len(jobs), out / "logs", done, run_env(threads), REPO, on_done=lambda job: print_figures(out, job.name))
+
+
+def run_command(configs: str, config: str, out: Path, base_out: Path, overrides: list) -> list:
+    """The `tune run` of one continual pre-training run from the base in ``base_out``, into ``out``."""
+    return [TUNE, "run", "recipes/entrodrop_single_device.py", "--config", f"{configs}/{config}.yaml",
+            f"checkpointer.checkpoint_dir={base(base_out)}", f"output_dir={out.relative_to(REPO)}", *overrides]
+
+
+def run_env(threads: int = 0) -> dict:
+    """The environment of the runs: this one's, ``RUN_ENV``, and ``threads`` CPU threads a run (0:
+    torch's default)."""
+    return {**os.environ, **RUN_ENV, **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
+
+
+def print_figures(out: Path, name: str) -> None:
+    f = run_figures(read_run(out / name))
+    print(f"    {name}: best epoch {f['best_epoch']:.2f} (val loss {f['min_val_loss']:.4f}); at epoch "
+          f"{f['last_epoch']:.2f} {f['end_all']:.4f} (low-entropy {f['end_low']:.4f}, high {f['end_high']:.4f})",
+          flush=True)
 
 
 # ---------------------------------------------------------------------------- the GPU version
@@ -417,30 +419,22 @@ def gpu_report() -> None:
 
 def seed_tables(runs: dict, tables: dict, target_group=None) -> str:
     """Markdown: each table (title -> {label: run names}) of ``entrodrop.seeds.settings_table``, the
-    first label its baseline, under one seed spread taken over every setting of every table; then
+    first label its baseline, every difference from it paired by seed with its 95% interval; then
     whether each baseline run shows the paper's regime (``entrodrop.seeds.regime_check``)."""
-    settings = {title: {label: [runs[n] for n in names] for label, names in table.items()} for title, table in tables.items()}
-    every = {label: seeds for table in settings.values() for label, seeds in table.items()}
-    spread = seed_spread(setting_figures(every, target_group))
     lines = []
-    for title, table in settings.items():
-        lines += [title, "", *settings_table(table, next(iter(table)), spread, target_group), ""]
-    if spread["min_val_loss"] is None:
-        lines += ["One seed a setting: no seed spread measured, so no difference here is judged against noise.", ""]
-    else:
-        lines += [f"Seed spread (the widest range between the seeds of one setting): best epoch "
-                  f"{_or_dash(spread['best_epoch'], 2)}, min val loss {_or_dash(spread['min_val_loss'], 4)}"
-                  + (f", best {target_group} average {_or_dash(spread['best_average'], 3)}" if target_group else "")
-                  + ". A difference within it is noise at this scale.", ""]
+    for title, table in tables.items():
+        settings = {label: [runs[n] for n in names] for label, names in table.items()}
+        lines += [title, "", *settings_table(settings, next(iter(table)), target_group), ""]
+    seeds = max(len(names) for table in tables.values() for names in table.values())
+    lines += ["Each difference is paired by seed (setting minus baseline at the same seed, the same data order), "
+              "its mean with a 95% t-interval over the seeds both have" + (
+                  "." if seeds > 1 else ": one seed a setting has no interval, so no difference here is judged "
+                  "against noise.") + " The brackets beside a mean are its seeds' range.", ""]
     first = next(iter(tables.values()))
     baselines = first[next(iter(first))]  # the first table's first setting
     lines += ["The paper's regime, from the baseline alone (entrodrop.seeds.regime_check):", "",
               *regime_table({n: run_figures(runs[n]) for n in baselines})]
     return "\n".join(lines) + "\n"
-
-
-def _or_dash(value, digits: int) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
 
 
 def gpu_stages() -> list:
@@ -493,9 +487,9 @@ def report() -> None:
     written["files"].insert(-1, str(write_entropy_sample(str(REPO / CONFIGS / "cpt_entrodrop.yaml"), 3, out)))
     tables = seed_tables(runs, {"EntroDrop against the baseline": CPU_SETTINGS})
     figures = setting_figures({label: [runs[n] for n in names] for label, names in CPU_SETTINGS.items()})
-    summary = "\n".join(verdict_lines(figures, "EntroDrop", "baseline", seed_spread(figures))
-                        + ["One seed each: `make reproduce` trains three of every setting, and its seed spread "
-                           "(docs/reproduction.md) tells these differences from noise."]) + "\n"
+    summary = "\n".join(verdict_lines(figures, "EntroDrop", "baseline")
+                        + ["One seed each: `make reproduce` trains several of every setting and pairs them by seed, "
+                           "which tells these differences from noise (docs/reproduction.md)."]) + "\n"
     (out / "tables.md").write_text(tables + "\n" + summary)
     print()
     print(Path(written["files"][-1]).read_text())

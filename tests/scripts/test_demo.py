@@ -78,7 +78,7 @@ def test_the_gpu_runs_share_the_baselines_compute_and_differ_only_in_their_switc
     assert configs["cpt_entrodrop"].checkpointer.checkpoint_dir.endswith("step_1024")
 
 
-def test_the_tables_share_one_seed_spread_and_check_the_regime_of_each_baseline_seed(tmp_path):
+def test_the_tables_pair_each_setting_with_the_baseline_by_seed_and_check_the_regime_of_each_baseline_seed(tmp_path):
     runs = {name: read_run(fake_run(tmp_path, name, losses, groups=("target",))) for name, losses in [
         ("baseline", [2.0, 1.60, 1.7]), ("baseline_seed1", [2.0, 1.62, 1.7]),
         ("entrodrop", [2.0, 1.55, 1.6]), ("entrodrop_seed1", [2.0, 1.56, 1.6]), ("gamma_max_0.4", [2.0, 1.9, 1.4])]}
@@ -87,12 +87,12 @@ def test_the_tables_share_one_seed_spread_and_check_the_regime_of_each_baseline_
                                    "Table 3": {"baseline": ["baseline", "baseline_seed1"],
                                                "gamma_max 0.4": ["gamma_max_0.4"]}}, "target")
     assert text.startswith("Table 4\n\n| setting | seeds |")
-    assert "| gamma_max 0.1 | 2 | 2.00 [2.00, 2.00] | +0.00 (within the spread 0.00) | 1.5550 [1.5500, 1.5600] " \
-           "| -0.0550 (beyond the spread 0.0200) |" in text
-    # one spread for both tables: the widest over every multi-seed setting (the baseline's 0.02)
-    assert "| gamma_max 0.4 | 1 | 3.00 | +1.00 (beyond the spread 0.00) | 1.4000 | -0.2100 (beyond the spread 0.0200) |" in text
-    assert "Seed spread (the widest range between the seeds of one setting): best epoch 0.00, min val loss 0.0200, " \
-           "best target average 0.020." in text
+    # paired by seed: -0.05 and -0.06, whose t-interval over two seeds is wide
+    assert "| gamma_max 0.1 | 2 | 2.00 [2.00, 2.00] | +0.00 [+0.00, +0.00] | 1.5550 [1.5500, 1.5600] " \
+           "| -0.0550 [-0.1185, +0.0085] |" in text
+    # one seed (seed 0, the first run): one pair, no interval
+    assert "| gamma_max 0.4 | 1 | 3.00 | +1.00 (one seed: no interval) | 1.4000 | -0.2000 (one seed: no interval) |" in text
+    assert "paired by seed" in text and "95% t-interval" in text
     assert "| criterion | baseline | baseline_seed1 |" in text  # the regime of each baseline seed
 
 

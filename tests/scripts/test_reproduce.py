@@ -1,55 +1,97 @@
 """scripts/reproduce.py without training: its runs (every setting with every seed, none reading the
-baseline's midpoint before the baseline has run), and the tables and claim verdicts it writes from
-recorded runs. (`make reproduce` itself trains 33 runs: docs/reproduction.md has its figures.)"""
+baseline's midpoint before the baseline has run, on the device and as many at once as it is told),
+and the tables, claim verdicts and figure it writes from recorded runs. (`make reproduce` itself
+trains 13 settings of several seeds: docs/reproduction.md has its figures.)"""
 
+import pytest
 from conftest import _load_script
 from test_report import fake_run
 
 reproduce = _load_script("reproduce")
 
 
-def test_every_setting_runs_with_every_seed_and_the_entrodrop_runs_after_the_baselines_group():
-    runs = reproduce.runs()
+def test_seeds_is_a_count_of_seeds_from_zero():
+    assert reproduce.seeds_from(None) == range(reproduce.DEFAULT_SEEDS) == reproduce.seeds_from("")
+    assert reproduce.seeds_from("10") == range(10)
+    for bad in ("0", "-2", "ten", "3.5"):
+        with pytest.raises(SystemExit, match="must be a number of seeds, 1 or more"):
+            reproduce.seeds_from(bad)
+
+
+def test_every_setting_runs_with_every_seed_and_the_entrodrop_runs_wait_for_the_seed_0_baseline():
+    seeds = range(3)
+    runs = reproduce.runs(seeds)
     names = [name for name, _, _ in runs]
-    assert len(names) == len(set(names)) == len(reproduce.SETTINGS) * len(reproduce.SEEDS) == 33
+    assert len(names) == len(set(names)) == len(reproduce.SETTINGS) * 3 == 39
+    assert names[0] == "baseline_seed0"
     for name, _, overrides in runs:
         assert overrides[-1] == f"seed={name.rsplit('_seed', 1)[1]}"
-    groups = reproduce.demo.groups(runs, reproduce.demo.CPU_PARALLEL)
-    assert "baseline_seed0" in [name for name, _, _ in groups[0]]
-    for group in groups[:1]:
-        assert not any("{midpoint}" in o for _, _, overrides in group for o in overrides)
-    # every dropout setting reads the midpoint; the model-level baselines do not drop tokens at all
+    # every dropout setting reads a midpoint; the model-level baselines do not drop tokens at all
     for name, config, overrides in runs:
-        assert (config == "cpt_entrodrop") == ("token_dropout.midpoint={midpoint}" in overrides), name
-    stages = reproduce.stages()
-    assert len(stages) == len(groups) + 1 and len({title for title, _, _ in stages}) == len(stages)
-    # the tables and claims name only settings that run
+        assert (config == "cpt_entrodrop") == any("midpoint}" in o for o in overrides), name
+    jobs = reproduce.jobs(seeds, "cpu")
+    assert [job.name for job in jobs] == names
+    for job, (name, config, overrides) in zip(jobs, runs):
+        assert job.after == (("baseline_seed0",) if config == "cpt_entrodrop" else ())
+        assert job.outputs == [reproduce.OUT / name]
+    # the tables and claims name only settings that run, and every figure they read has its digits
     for table in reproduce.TABLES.values():
         assert set(table.values()) <= set(reproduce.SETTINGS)
-    for _, setting, reference, key, _ in reproduce.CLAIMS:
+    for _, setting, reference, key, _ in reproduce.CLAIMS + reproduce.QUESTIONS:
         assert {setting, reference} <= set(reproduce.SETTINGS) and key in reproduce.DIGITS
+    titles = [title for title, _, _ in reproduce.stages(seeds, "cpu")]
+    assert titles[0] == "13 settings x 3 seeds on cpu" and len(set(titles)) == 3
+    # a stage's mark names its seeds: SEEDS=10 after SEEDS=3 runs again, and skips the runs done
 
 
-def test_the_tables_put_three_seeds_beside_each_other_and_give_each_claim_its_verdict(tmp_path, monkeypatch):
+def test_each_run_is_the_demos_run_on_the_device_with_its_midpoint_filled_in(tmp_path, monkeypatch):
+    monkeypatch.setattr(reproduce.demo, "base", lambda out=None: "outputs/demo/pretrain/checkpoints/step_600")
+    monkeypatch.setattr(reproduce, "midpoints", lambda: {"midpoint": 11.0, "half_midpoint": 5.5})
+    jobs = {job.name: job for job in reproduce.jobs(range(2), "cuda")}
+    argv = jobs["midpoint_half_seed1"].argv()
+    assert argv[1:5] == ["run", "recipes/entrodrop_single_device.py", "--config", "configs/demo/cpt_entrodrop.yaml"]
+    assert argv[5:] == ["checkpointer.checkpoint_dir=outputs/demo/pretrain/checkpoints/step_600",
+                        "output_dir=outputs/reproduce/midpoint_half_seed1", "device=cuda", "token_dropout.midpoint=5.5",
+                        "seed=1"]
+    assert jobs["gamma_max_0.8_seed0"].argv()[-3:] == ["token_dropout.midpoint=11.0", "token_dropout.gamma_max=0.8", "seed=0"]
+    assert "device=cuda" not in reproduce.jobs(range(1), "cpu")[0].argv()
+
+
+def test_the_tables_pair_each_claim_by_seed_and_give_its_verdict_with_the_interval(tmp_path, monkeypatch):
     monkeypatch.setattr(reproduce, "OUT", tmp_path)
-    # min val loss a seed: the baseline around 1.61 (range 0.02), EntroDrop 0.05 lower, high-entropy
-    # targeting 0.015 above EntroDrop (within the spread), NEFTune 0.05 higher
-    centre = {"baseline": 1.61, "entrodrop": 1.56, "targeting_high": 1.575, "neftune": 1.66}
+    seeds = range(3)
+    # min val loss a seed: the baseline 1.60, 1.62, 1.59; EntroDrop 0.05 lower in every seed;
+    # high-entropy targeting within 0.02 of EntroDrop either way; NEFTune 0.05 higher
+    offset = {"baseline": 0.0, "entrodrop": -0.05, "neftune": 0.05}
+    wobble = {"targeting_high": [-0.07, -0.03, -0.05]}
     for setting in reproduce.SETTINGS:
-        for seed in reproduce.SEEDS:
-            low = centre.get(setting, 1.61) + (seed - 1) / 100
-            fake_run(tmp_path, reproduce.run_name(setting, seed), [2.0, low, 1.7], groups=())
-    text = reproduce.tables()
+        for seed in seeds:
+            base = [1.60, 1.62, 1.59][seed]
+            low = base + wobble[setting][seed] if setting in wobble else base + offset.get(setting, 0.0)
+            run = fake_run(tmp_path, reproduce.run_name(setting, seed), [2.0, low, 1.7], groups=())
+            (run / "torchtune_config.yaml").write_text(f"seed: {seed}\n")
+    text = reproduce.tables(seeds)
     assert (tmp_path / "tables.md").read_text() == text
     assert text.startswith("Table 4: gamma_max\n\n| setting | seeds |")
-    assert "| gamma_max 0.1 | 3 | 2.00 [2.00, 2.00] | +0.00 (within the spread 0.00) | 1.5600 [1.5500, 1.5700] " \
-           "| -0.0500 (beyond the spread 0.0200) |" in text
-    claims = {row.split(" | ")[0].lstrip("| "): row.rsplit(" | ", 1)[1].rstrip(" |")
-              for row in text.split("The paper's claims:")[1].strip().splitlines()[2:]}
-    assert claims["Table 4: gamma_max 0.1 lowers the minimum validation loss"] == "holds"
-    assert claims["Table 3: low-entropy targeting beats high-entropy targeting"] == "within the seed spread"
-    assert claims["Table 2: EntroDrop beats NEFTune"] == "holds"
-    assert claims["Table 4: gamma_max 0.05 lowers the minimum validation loss"] == "within the seed spread"
-    assert claims["Table 4: gamma_max 0.1 delays the best epoch"] == "within the seed spread"
-    assert "| Table 2: EntroDrop beats NEFTune | entrodrop 1.5600 vs neftune 1.6600: -0.1000 | 0.0200 | holds |" in text
+    assert "| gamma_max 0.1 | 3 | 2.00 [2.00, 2.00] | +0.00 [+0.00, +0.00] | 1.5533 [1.5400, 1.5700] " \
+           "| -0.0500 [-0.0500, -0.0500] |" in text
+    assert "| gamma_max 0.8 (beyond the paper) | 3 |" in text
+    claims = {row.split(" | ")[0].lstrip("| "): row.split(" | ")[2:] for row in text.splitlines()
+              if row.startswith("| Table") or row.startswith("| Section") or row.startswith("| Appendix")
+              or row.startswith("| j0") or row.startswith("| gamma_max 0.8 lowers")}
+    assert claims["Table 4: gamma_max 0.1 lowers the validation loss, at the minimum"][-2:] == ["3 of 3", "holds |"]
+    assert claims["Table 3: EntroDrop beats high-entropy targeting, at the minimum"][-2:] == ["1 of 3", "not resolved |"]
+    assert claims["Table 2: EntroDrop beats NEFTune, at the minimum"] == ["-0.1000 [-0.1000, -0.1000]", "3 of 3", "holds |"]
+    assert claims["Table 4: gamma_max 0.05 lowers the validation loss, at the end"][-1] == "not resolved |"  # ties
+    assert "j0 at half the baseline's best epoch lowers the validation loss against EntroDrop's j0, at the minimum" in claims
     assert "| criterion | baseline_seed0 | baseline_seed1 | baseline_seed2 |" in text
+    assert "The paper's claims, each paired by seed over 3 seeds:" in text and "Beyond the paper, each" in text
+
+    # a seed's run missing (it failed): that setting pairs over the two others
+    import shutil
+
+    shutil.rmtree(tmp_path / "neftune_seed2")
+    text = reproduce.tables(seeds)
+    assert "| NEFTune (alpha 5) | 2 |" in text
+    reproduce.figure(seeds)
+    assert (tmp_path / "val_loss_by_epoch.png").read_bytes()[:4] == b"\x89PNG"
