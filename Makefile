@@ -1,7 +1,7 @@
 # Two commands do all set-up on a fresh machine:
 #   make demo   the main job on the embedded tiny default, offline
 #   make test   the test suite (all three tiers: unit, recipe, gpu; gpu skips without one)
-#   make reproduce   the paper's tables 3 and 4 at CPU scale, three seeds a setting (under an hour)
+#   make reproduce   the paper's tables 3 and 4 at CPU scale, four seeds a setting (under an hour)
 #   make test-fast   the unit tier without its slowest tests: no `tune run`, about 2 minutes
 # On a machine with a CUDA GPU (and a CUDA build of torch), one more:
 #   make test-gpu   the tests of the CUDA paths alone, on the first CUDA device
@@ -17,7 +17,7 @@ GPU_INSTALLED := $(VENV)/.installed-gpu
 ASSETS := assets/tiny/.built
 LIBRARY := $(wildcard entrodrop/*.py entrodrop/*/*.py)
 
-.PHONY: install assets test test-fast lint test-gpu gpu-check demo reproduce clean compare-install
+.PHONY: install assets test test-fast lint test-gpu gpu-venv gpu-check demo reproduce clean compare-install
 
 install: $(INSTALLED)
 
@@ -70,25 +70,36 @@ test-gpu: $(ASSETS) $(GPU_INSTALLED)
 # outputs/gpu_check/<time>). GPU_CHECK_ARGS passes it options, e.g. "--stages bench_gpu,loss".
 # No prerequisites: make's own (.venv, assets) would reach for the network.
 GPU_CHECK_VENV ?= /tmp/entrodrop-gpu-check
-gpu-check:
-	@ls .whl/*.whl >/dev/null 2>&1 || { echo "make gpu-check: no wheels in .whl/: run \
+GPU_PY := $(GPU_CHECK_VENV)/bin/python
+# A command's environment in that venv: this checkout first, then the venv's packages; no hub.
+GPU_ENV = PYTHONPATH=$(CURDIR):$$(cat $(GPU_CHECK_VENV)/purelib) HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PYTHONUNBUFFERED=1
+
+gpu-venv:
+	@ls .whl/*.whl >/dev/null 2>&1 || { echo "make $(or $(GPU_TARGET),gpu-venv): no wheels in .whl/: run \
 	  'bash scripts/fetch_gpu_wheels.sh' where there is a network, and carry .whl"; exit 1; }
-	@test -f $(ASSETS) || { echo "make gpu-check: no $(ASSETS): run 'make assets' first, and carry assets"; exit 1; }
+	@test -f $(ASSETS) || { echo "make $(or $(GPU_TARGET),gpu-venv): no $(ASSETS): run 'make assets' first, and carry assets"; exit 1; }
 	python3 -m venv --system-site-packages $(GPU_CHECK_VENV)
-	SP=$$($(GPU_CHECK_VENV)/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])") && \
-	python3 -c "import site; print('\n'.join(site.getsitepackages()))" > $$SP/_parent.pth && \
-	$(GPU_CHECK_VENV)/bin/python -m pip install -q --no-index --no-deps --no-compile .whl/*.whl && \
-	export PYTHONPATH=$(CURDIR):$$SP HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PYTHONUNBUFFERED=1 && \
-	$(GPU_CHECK_VENV)/bin/python scripts/link_repo.py && \
-	$(GPU_CHECK_VENV)/bin/python scripts/gpu_check.py $(GPU_CHECK_ARGS)
+	$(GPU_PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" > $(GPU_CHECK_VENV)/purelib
+	python3 -c "import site; print('\n'.join(site.getsitepackages()))" > $$(cat $(GPU_CHECK_VENV)/purelib)/_parent.pth
+	$(GPU_PY) -m pip install -q --no-index --no-deps --no-compile .whl/*.whl
+	$(GPU_ENV) $(GPU_PY) scripts/link_repo.py
+
+gpu-check:
+	@$(MAKE) --no-print-directory gpu-venv GPU_TARGET=gpu-check
+	$(GPU_ENV) $(GPU_PY) scripts/gpu_check.py $(GPU_CHECK_ARGS)
 
 # RESUME=1 continues a demo that was stopped; DEVICE=cpu runs the CPU version where a GPU is.
 demo: $(ASSETS)
 	$(PY) scripts/demo.py
 
-# Tables 3 and 4 (docs/reproduction.md) on the CPU demo's base, made if missing; RESUME=1 continues.
-reproduce: $(ASSETS)
-	$(PY) scripts/reproduce.py
+# Tables 3 and 4 (docs/reproduction.md) on the CPU demo's base, made if missing: SEEDS=N seeds a
+# setting (default 4), RESUME=1 continues, DEVICE=cpu stays on the CPU where a GPU is. Where there is
+# no $(VENV) but carried wheels (the lent GPU machine, which has no network), it runs in gpu-check's
+# venv over the image's torch: every run on the GPU, many at once (docs/reproduction.md, "On a GPU").
+reproduce:
+	@if [ ! -f $(INSTALLED) ] && ls .whl/*.whl >/dev/null 2>&1; then \
+	  $(MAKE) --no-print-directory gpu-venv GPU_TARGET=reproduce && $(GPU_ENV) $(GPU_PY) scripts/reproduce.py; \
+	else $(MAKE) --no-print-directory assets && $(PY) scripts/reproduce.py; fi
 
 clean:
 	rm -rf $(VENV) assets outputs

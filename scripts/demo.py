@@ -10,8 +10,8 @@ packages' code and prose, then continual pre-training on one package's source (t
 0.6M tokens, never seen in pre-training) in twelve runs: the baseline and EntroDrop
 (gamma_max 0.1) with two seeds each, gamma_max 0.2 and 0.4, the table-3 comparisons (targeting
 random and high, NEFTune, hidden dropout, weight decay), ``signal: loss`` and ``midpoint: auto``,
-four at a time on the one GPU; its report adds tables 3 and 4 with the seed spread next to every
-difference.
+four at a time on the one GPU; its report adds tables 3 and 4, the seeded settings' differences
+paired by seed.
 Everything lands in outputs/demo_gpu. Otherwise (and with DEVICE=cpu) the CPU version runs, in
 the regime docs/reproduction.md chose from the baseline alone (a base that knows the format of
 the target text, so half its tokens are nearly certain, and a held-out half as large as the
@@ -27,8 +27,8 @@ training text):
  4. its pre-training into the base model (recipes/entrodrop_single_device.py, no dropout)
  5. the base model's entropy of the target and held-out tokens (recipes/precompute_entropy.py)
  6. continual pre-training on the 6:4 mix for about 60 target epochs, evaluated at every epoch
-    end by the validation loss by entropy bucket, ``CPU_PARALLEL`` runs at a time with one
-    thread each (``CPU_RUNS``): the baseline and ``midpoint: auto`` (which needs no baseline);
+    end by the validation loss by entropy bucket, two runs at a time with one thread each
+    (``CPU_RUNS``): the baseline and ``midpoint: auto`` (which needs no baseline);
     then EntroDrop with its curriculum midpoint where the baseline's validation loss stopped
     falling, as the paper sets j0, and the same run with ``signal: loss``
  7. the report (entrodrop/report.py, entrodrop/seeds.py): plots and tables in
@@ -36,7 +36,7 @@ training text):
     paper's regime, and a held-out sample shaded by its entropy (figure 5c)
 
 One seed a run, to stay within 10 minutes: ``make reproduce`` (scripts/reproduce.py) runs tables
-3 and 4 on the same base with three seeds of each setting, and so the seed spread that tells
+3 and 4 on the same base with several seeds of each setting, and pairs them by seed, which tells
 these differences from noise (docs/reproduction.md).
 
 Each stage marks itself done in <out>/.stages when it finishes. A demo starts afresh unless
@@ -58,8 +58,8 @@ from pathlib import Path
 
 from entrodrop.checkpointing import latest_checkpoint
 from entrodrop.report import propose_midpoint, read_run, write_entropy_sample, write_report
+from entrodrop.run_queue import RUN_ENV, Job, run_jobs
 from entrodrop.seeds import regime_table, run_figures, setting_figures, settings_table, verdict_lines
-from entrodrop.train.run_queue import RUN_ENV, Job, run_jobs
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -293,7 +293,7 @@ def init_base(configs: str, device: str) -> None:
 
 def run_group(out: Path, configs: str, runs: list, *extra: str, threads: int = 0, base_out: Path = None,
               baseline: str = "baseline") -> None:
-    """``runs`` (``(name, config, overrides)``) side by side (``entrodrop.train.run_queue``), from
+    """``runs`` (``(name, config, overrides)``) side by side (``entrodrop.run_queue``), from
     the base model in ``base_out`` (default ``out``), into ``out/<name>``, each at the baseline's
     compute and data order (``extra`` overrides go to every run; ``threads``: each run's CPU threads,
     0 for torch's default); "{midpoint}" in an override is the proposal of the run
@@ -314,7 +314,8 @@ def run_group(out: Path, configs: str, runs: list, *extra: str, threads: int = 0
 def run_command(configs: str, config: str, out: Path, base_out: Path, overrides: list) -> list:
     """The `tune run` of one continual pre-training run from the base in ``base_out``, into ``out``."""
     return [TUNE, "run", "recipes/entrodrop_single_device.py", "--config", f"{configs}/{config}.yaml",
-            f"checkpointer.checkpoint_dir={base(base_out)}", f"output_dir={out.relative_to(REPO)}", *overrides]
+            f"checkpointer.checkpoint_dir={base(base_out)}",
+            f"output_dir={out.relative_to(REPO) if out.is_relative_to(REPO) else out}", *overrides]
 
 
 def run_env(threads: int = 0) -> dict:

@@ -10,7 +10,7 @@ model and entropies in outputs/demo, made if missing and reused where `make demo
 it trains each setting of ``SETTINGS`` with each seed (the data order and every mask draw; the same
 base) at the demo's compute (configs/demo/cpt_*.yaml: 320 steps, about 60 target epochs) into
 outputs/reproduce/<setting>_seed<N>, as many runs at once as the machine holds
-(``entrodrop.train.run_queue``): on the CPU one a core with one thread each; where torch sees a
+(``entrodrop.run_queue``): on the CPU one a core with one thread each; where torch sees a
 GPU, every run on it, as many at once as its memory and the CPU cores allow. EntroDrop's
 curriculum midpoint j0 is where the seed-0 baseline's validation loss stops falling, as in the
 demo; two settings beyond the paper put it at half that epoch, and gamma_max at 0.8.
@@ -37,12 +37,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import demo  # noqa: E402
 
 from entrodrop.report import markdown_table, read_run  # noqa: E402
+from entrodrop.run_queue import Job, cores, run_jobs, runs_at_once  # noqa: E402
 from entrodrop.seeds import CLAIM_HEADER, claim_row, draw_seed_bands, setting_figures  # noqa: E402
-from entrodrop.train.run_queue import Job, cores, run_jobs, runs_at_once  # noqa: E402
 
 OUT = demo.REPO / "outputs" / "reproduce"
-# Seeds a setting without SEEDS: 13 settings of 5 seeds fit an hour of this 2-core CPU (docs/reproduction.md).
-DEFAULT_SEEDS = 5
+# Seeds a setting without SEEDS: 13 settings of 4 seeds (52 runs) fit an hour of this 2-core CPU (docs/reproduction.md).
+DEFAULT_SEEDS = 4
 # name -> (config, overrides); "{midpoint}" is the seed-0 baseline's proposed j0, "{half_midpoint}" half of it.
 SETTINGS = {
     "baseline": ("cpt_baseline", []),
@@ -113,7 +113,7 @@ def seeds_from(value) -> range:
     """The seeds ``SEEDS`` (a count) asks for: 0 to N - 1; ``DEFAULT_SEEDS`` when unset.
 
     >>> seeds_from(None), seeds_from("10")
-    (range(0, 5), range(0, 10))
+    (range(0, 4), range(0, 10))
     """
     if value in (None, ""):
         return range(DEFAULT_SEEDS)
@@ -146,7 +146,7 @@ def runs(seeds: range) -> list:
 
 
 def jobs(seeds: range, device: str) -> list:
-    """``runs`` as ``entrodrop.train.run_queue`` jobs, on ``device``; a run that reads the midpoint
+    """``runs`` as ``entrodrop.run_queue`` jobs, on ``device``; a run that reads the midpoint
     waits for the seed-0 baseline."""
     first = run_name("baseline", 0)
     extra = [f"device={device}"] if device != "cpu" else []
@@ -161,7 +161,7 @@ def jobs(seeds: range, device: str) -> list:
 
 
 def parallel_on(device: str) -> int:
-    """How many runs at once on ``device`` (``entrodrop.train.run_queue.runs_at_once``)."""
+    """How many runs at once on ``device`` (``entrodrop.run_queue.runs_at_once``)."""
     if device == "cpu":
         return runs_at_once("cpu", cores())
     import torch
@@ -172,8 +172,9 @@ def parallel_on(device: str) -> int:
 def train(seeds: range, device: str) -> None:
     parallel = parallel_on(device)
     print(f"    {len(SETTINGS) * len(seeds)} runs on {device}, {parallel} at a time", flush=True)
+    # warm starts (entrodrop.warm_start) on the CPU only: a fork after torch's import never met CUDA here
     run_jobs(jobs(seeds, device), parallel, OUT / "logs", OUT / ".runs", demo.run_env(threads=1), demo.REPO,
-             on_done=lambda job: demo.print_figures(OUT, job.name))
+             on_done=lambda job: demo.print_figures(OUT, job.name), warm=device == "cpu")
 
 
 def stages(seeds: range, device: str) -> list:

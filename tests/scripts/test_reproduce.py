@@ -95,3 +95,23 @@ def test_the_tables_pair_each_claim_by_seed_and_give_its_verdict_with_the_interv
     assert "| NEFTune (alpha 5) | 2 |" in text
     reproduce.figure(seeds)
     assert (tmp_path / "val_loss_by_epoch.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_on_a_gpu_the_base_and_every_run_train_there_and_the_warm_start_stays_on_the_cpu(monkeypatch, tmp_path):
+    """What `make reproduce` does where torch sees a GPU, checked without one: the base's
+    pre-training and entropies get device=cuda, every run too, and the runs go as many at once as
+    the GPU's memory and the cores allow, each a fresh process."""
+    called = []
+    monkeypatch.setattr(reproduce.demo, "tune", lambda *args: called.append(args))
+    monkeypatch.setattr(reproduce.demo, "base", lambda out=None: "base")
+    stages = reproduce.demo.data_and_base_stages("device=cuda")
+    for title, fn, _ in stages[3:]:  # pre-training and the two entropy caches
+        fn()
+    assert len(called) == 3 and all(args[-1] == "device=cuda" for args in called)
+    queued = {}
+    monkeypatch.setattr(reproduce, "run_jobs", lambda jobs, parallel, *a, **k: queued.update(parallel=parallel, **k))
+    monkeypatch.setattr(reproduce, "parallel_on", lambda device: reproduce.runs_at_once(device, 16, 80 << 30))
+    reproduce.train(range(2), "cuda")
+    assert queued["parallel"] == 16 and queued["warm"] is False
+    reproduce.train(range(2), "cpu")
+    assert queued["warm"] is True

@@ -1,4 +1,4 @@
-"""entrodrop/train/run_queue.py: jobs start in order once what they need is done, at most
+"""entrodrop.run_queue.py: jobs start in order once what they need is done, at most
 ``parallel`` at once, each done job is marked and skipped by the next call, and a failure stops new
 starts and names the job and its log. The jobs are small Python commands that wait for files, never
 for a time."""
@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from entrodrop.train.run_queue import RUN_ENV, Job, run_jobs, runs_at_once
+from entrodrop.run_queue import RUN_ENV, Job, run_jobs, runs_at_once
 
 PY = sys.executable
 
@@ -94,3 +94,13 @@ def test_how_many_runs_at_once_and_what_their_environment_adds():
     assert runs_at_once("cuda", 16, 139 << 30) == 16  # an H200: the CPU cores bound it
     assert runs_at_once("cuda", 16, 3 << 30) == 1
     assert set(RUN_ENV) == {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"}
+
+
+def test_a_job_whose_command_cannot_be_made_fails_like_one_that_exits_badly(root):
+    def unreadable():
+        raise FileNotFoundError("run directory baseline_seed0 does not exist")
+
+    with pytest.raises(SystemExit, match="needs_it: FileNotFoundError: run directory baseline_seed0 does not exist"):
+        run_jobs([Job("needs_it", unreadable), Job("next", command(RUN, root, "next", "-"))], 1, root / "logs",
+                 root / "done")
+    assert not (root / "out" / "next").exists() and not (root / "done" / "needs_it.done").exists()

@@ -1,0 +1,74 @@
+"""Runs per hour of `make reproduce` on this machine: a subset of its runs, as it schedules them.
+
+    python benchmarks/bench_reproduce.py                       (4 settings x 2 seeds, warm starts)
+    python benchmarks/bench_reproduce.py --cold                (each run a fresh `tune run`)
+    python benchmarks/bench_reproduce.py --quick               (2 runs of 20 steps: the pipeline, in a minute)
+    python benchmarks/bench_reproduce.py --settings baseline,entrodrop --seeds 3 --device cpu
+
+It trains the runs scripts/reproduce.py would for ``--settings`` and seeds 0 to ``--seeds`` - 1
+(``reproduce.jobs``, in its order: the seed-0 baseline first, the runs that read its midpoint after
+it) on the demo's base (made first if missing, as `make reproduce` does), as many at once as
+``entrodrop.run_queue.runs_at_once`` says, into a temporary folder, and prints a table of the
+wall time and the runs per hour. A figure of it belongs in docs/performance.md with its date and
+the machine's load: two runs side by side on this VM moved by up to 15% from one hour to the next,
+so compare two settings one after the other, and again in the other order.
+"""
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "scripts"))
+import demo  # noqa: E402
+import reproduce  # noqa: E402
+
+from entrodrop.report import markdown_table  # noqa: E402
+from entrodrop.run_queue import run_jobs  # noqa: E402
+
+STEP_TOKENS = 8 * 256  # configs/demo/cpt_*.yaml: global_batch_size x seq_len
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--settings", default="baseline,entrodrop,neftune,targeting_random",
+                        help="settings of scripts/reproduce.py's SETTINGS, comma-separated")
+    parser.add_argument("--seeds", type=int, default=2, help="seeds 0 to N - 1 of each")
+    parser.add_argument("--steps", type=int, default=None, help="steps a run (default: the configs', 320)")
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda where torch sees a GPU")
+    parser.add_argument("--cold", action="store_true", help="each run a fresh `tune run`, no warm start")
+    parser.add_argument("--quick", action="store_true", help="baseline and EntroDrop, one seed, 20 steps")
+    args = parser.parse_args()
+    if args.quick:
+        args.settings, args.seeds, args.steps = "baseline,entrodrop", 1, 20
+    settings = args.settings.split(",")
+    unknown = set(settings) - set(reproduce.SETTINGS)
+    if unknown or "baseline" not in settings:
+        raise SystemExit(f"--settings {args.settings}: {sorted(unknown) or 'baseline missing'}; choose among "
+                         f"{', '.join(reproduce.SETTINGS)}, baseline included (the others read its midpoint)")
+    print("the demo's base (made if missing):", flush=True)
+    demo.run_stages(demo.data_and_base_stages(*([f"device={args.device}"] if args.device != "cpu" else [])),
+                    demo.OUT, resume=True)
+    with tempfile.TemporaryDirectory(prefix="bench_reproduce.") as out:
+        reproduce.OUT = Path(out)  # reproduce.jobs and its midpoint read this folder
+        steps = [f"total_tokens={args.steps * STEP_TOKENS}"] if args.steps else []
+        jobs = [job for job in reproduce.jobs(range(args.seeds), args.device) if job.name.rsplit("_seed", 1)[0] in settings]
+        for job in jobs:
+            object.__setattr__(job, "argv", (lambda argv: lambda: [*argv(), *steps])(job.argv))
+        parallel = reproduce.parallel_on(args.device)
+        warm = not args.cold and args.device == "cpu"
+        start = time.perf_counter()
+        run_jobs(jobs, parallel, Path(out) / "logs", Path(out) / ".runs", demo.run_env(threads=1), REPO,
+                 on_done=lambda job: print(f"  {job.name} done at {time.perf_counter() - start:.0f} s", flush=True),
+                 warm=warm)
+        seconds = time.perf_counter() - start
+    mode = f"{'warm' if warm else 'cold'} starts, {parallel} at a time"
+    print("\n".join(markdown_table(["runs", "steps a run", "device", "mode", "wall s", "runs per hour"],
+                                   [[str(len(jobs)), str(args.steps or 320), args.device, mode, f"{seconds:.0f}",
+                                     f"{len(jobs) * 3600 / seconds:.1f}"]])))
+
+
+if __name__ == "__main__":
+    main()
