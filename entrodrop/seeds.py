@@ -171,13 +171,13 @@ def difference_cell(difference: Optional[Dict], digits: int) -> str:
     >>> difference_cell({"mean": -0.02, "low": -0.03, "high": -0.01, "n": 3}, 3)
     '-0.020 [-0.030, -0.010]'
     >>> difference_cell({"mean": -0.02, "low": None, "high": None, "n": 1}, 3)
-    '-0.020 (one seed: no interval)'
+    '-0.020 (1 seed)'
     """
     if difference is None:
         return "-"
     mean = f"{difference['mean']:+.{digits}f}"
     if difference["low"] is None:
-        return f"{mean} (one seed: no interval)"
+        return f"{mean} (1 seed)"
     return f"{mean} [{difference['low']:+.{digits}f}, {difference['high']:+.{digits}f}]"
 
 
@@ -312,7 +312,7 @@ def verdict_lines(figures: Dict[str, Dict[int, Dict]], setting: str, reference: 
     >>> verdict_lines(figures, "e", "b")[0]
     'e against b, minimum validation loss: 0.9725 against 1.0050 (2 seeds each), paired -0.0325 [-0.0643, -0.0007]: holds.'
     >>> verdict_lines({"b": {0: {"min_val_loss": 1.0}}, "e": {0: {"min_val_loss": 0.9}}}, "e", "b")[0].split(": ")[1]
-    '0.9000 against 1.0000 (1 seed each), paired -0.1000 (one seed'
+    '0.9000 against 1.0000 (1 seed each), paired -0.1000 (1 seed).'
     """
     lines = []
     for key, what, digits, lower_is_better in VERDICT_FIGURES:

@@ -195,10 +195,11 @@ def tables(seeds: range) -> str:
     text = demo.seed_tables(read, {title: {label: [run["name"] for run in settings[setting]]
                                            for label, setting in table.items()} for title, table in TABLES.items()})
     figures = setting_figures(settings)
-    for title, claims in (("The paper's claims", CLAIMS), ("Beyond the paper", QUESTIONS)):
+    for title, claims, first in (("The paper's claims", CLAIMS, CLAIM_HEADER[0]),
+                                 ("Beyond the paper", QUESTIONS, "the question")):
         rows = [claim_row(claim, figures, setting, reference, key, lower, DIGITS[key])
                 for claim, setting, reference, key, lower in claims]
-        table = "\n".join(markdown_table(CLAIM_HEADER, rows))
+        table = "\n".join(markdown_table([first, *CLAIM_HEADER[1:]], rows))
         text += f"\n{title}, each paired by seed over {len(seeds)} seeds:\n\n{table}\n"
     (OUT / "tables.md").write_text(text)
     print(text)

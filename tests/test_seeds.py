@@ -76,7 +76,7 @@ def test_a_seed_one_setting_lacks_is_left_out_of_its_pairs_and_one_pair_has_no_i
     assert p["seeds"] == [0, 2] and p["differences"] == pytest.approx([-0.02, -0.02])
     one = paired(seeds_of(s2=0.5), base, "min_val_loss")
     assert one["n"] == 1 and one["low"] is None and verdict(one) == "not resolved"
-    assert difference_cell(one, 2) == "-0.29 (one seed: no interval)"
+    assert difference_cell(one, 2) == "-0.29 (1 seed)"
     assert paired(seeds_of(s7=0.5), base, "min_val_loss") is None and difference_cell(None, 2) == "-"
     # a run without the figure (no evaluation) pairs with nothing
     assert paired({0: {"min_val_loss": None}}, base, "min_val_loss") is None
@@ -157,7 +157,7 @@ def test_averages_are_compared_only_where_scored_alike_and_a_loss_signal_gets_it
     table = settings_table(settings, "offline", "code")
     assert "| best code average (all documents per task) | vs offline, paired |" in table[0] and "signal" not in table[0]
     assert table[3].endswith("| 16: not compared | - |")  # training's subset scores stand nowhere
-    assert table[2].endswith("| -1.600 | +0.000 (one seed: no interval) |")
+    assert table[2].endswith("| -1.600 | +0.000 (1 seed) |")
     with_loss = settings_table({**settings, "loss": [runs["loss"]]}, "offline", "code")
     assert with_loss[0].endswith("| signal |")
     assert [row.rsplit("|", 2)[1].strip() for row in with_loss[2:]] == ["-", "entropy", "loss"]

@@ -91,7 +91,7 @@ def test_the_tables_pair_each_setting_with_the_baseline_by_seed_and_check_the_re
     assert "| gamma_max 0.1 | 2 | 2.00 [2.00, 2.00] | +0.00 [+0.00, +0.00] | 1.5550 [1.5500, 1.5600] " \
            "| -0.0550 [-0.1185, +0.0085] |" in text
     # one seed (seed 0, the first run): one pair, no interval
-    assert "| gamma_max 0.4 | 1 | 3.00 | +1.00 (one seed: no interval) | 1.4000 | -0.2000 (one seed: no interval) |" in text
+    assert "| gamma_max 0.4 | 1 | 3.00 | +1.00 (1 seed) | 1.4000 | -0.2000 (1 seed) |" in text
     assert "paired by seed" in text and "95% t-interval" in text
     assert "| criterion | baseline | baseline_seed1 |" in text  # the regime of each baseline seed
 
