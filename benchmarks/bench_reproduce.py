@@ -54,9 +54,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench_reproduce.") as out:
         reproduce.OUT = Path(out)  # reproduce.jobs and its midpoint read this folder
         steps = [f"total_tokens={args.steps * STEP_TOKENS}"] if args.steps else []
-        jobs = [job for job in reproduce.jobs(range(args.seeds), args.device) if job.name.rsplit("_seed", 1)[0] in settings]
-        for job in jobs:
-            object.__setattr__(job, "argv", (lambda argv: lambda: [*argv(), *steps])(job.argv))
+        jobs = [job for job in reproduce.jobs(range(args.seeds), args.device, *steps)
+                if job.name.rsplit("_seed", 1)[0] in settings]
         parallel = reproduce.parallel_on(args.device)
         warm = not args.cold and args.device == "cpu"
         start = time.perf_counter()

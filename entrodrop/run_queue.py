@@ -113,6 +113,7 @@ def run_jobs(jobs: Sequence[Job], parallel: int, logs: Path, done: Path, env: Op
     lock = threading.Lock()
     running: Dict[str, subprocess.Popen] = {}
     servers: Dict[int, subprocess.Popen] = {}  # a slot's warm-start process (entrodrop.warm_start)
+    job_env = None if env is None else dict(env)
 
     def run(job: Job) -> None:
         for dep in job.after:
@@ -128,27 +129,27 @@ def run_jobs(jobs: Sequence[Job], parallel: int, logs: Path, done: Path, env: Op
         if warm and is_tune_run(argv):
             server = servers.get(threading.get_ident())
             if server is None:
-                server = subprocess.Popen([sys.executable, "-m", "entrodrop.warm_start"], cwd=cwd,
-                                          env=None if env is None else dict(env), stdin=subprocess.PIPE,
-                                          stdout=subprocess.PIPE, text=True)
+                server = subprocess.Popen([sys.executable, "-m", "entrodrop.warm_start"], cwd=cwd, env=job_env,
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
                 servers[threading.get_ident()] = server
             with lock:
                 running[job.name] = server
             server.stdin.write(json.dumps({"argv": argv, "log": str(log)}) + "\n")
             server.stdin.flush()
-            answer = server.stdout.readline()
-            status = int(answer) if answer.strip() else f"the warm-start process ended ({server.poll()})"
+            status = server.stdout.readline().strip()  # "" when the warm-start process itself ended
+            why = f"exit status {status}" if status else f"the warm-start process ended ({server.poll()})"
+            why = None if status == "0" else why
         else:
             with log.open("w") as err:
-                proc = subprocess.Popen(argv, cwd=cwd, env=None if env is None else dict(env),
-                                        stdout=subprocess.DEVNULL, stderr=err)
+                proc = subprocess.Popen(argv, cwd=cwd, env=job_env, stdout=subprocess.DEVNULL, stderr=err)
                 with lock:
                     running[job.name] = proc
                 status = proc.wait()
+            why = f"exit status {status}" if status else None
         with lock:
             del running[job.name]
-            if status:
-                failed[job.name] = f"exit status {status}, see {log}" if isinstance(status, int) else f"{status}, see {log}"
+            if why:
+                failed[job.name] = f"{why}, see {log}"
                 return
             (done / f"{job.name}.done").write_text(" ".join(argv) + "\n")
             ran.append(job.name)
@@ -186,4 +187,3 @@ def run_jobs(jobs: Sequence[Job], parallel: int, logs: Path, done: Path, env: Op
     if failed:
         raise SystemExit("stopped: " + "; ".join(f"{name}: {why}" for name, why in failed.items()))
     return ran
-

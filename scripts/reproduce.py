@@ -134,29 +134,33 @@ def midpoints() -> dict:
     return {"midpoint": midpoint, "half_midpoint": midpoint / 2}
 
 
+def reads_midpoint(overrides: list) -> bool:
+    """Whether a run's overrides hold "{midpoint}" or "{half_midpoint}" (it waits for the seed-0 baseline)."""
+    return any("midpoint}" in o for o in overrides)
+
+
 def runs(seeds: range) -> list:
     """Every (name, config, overrides), seed by seed, those that need no midpoint first (the seed-0
     baseline the very first), so the EntroDrop runs find the baseline's proposal."""
     plain, dropout = [], []
     for seed in seeds:
         for setting, (config, overrides) in SETTINGS.items():
-            needs = any("midpoint}" in o for o in overrides)
-            (dropout if needs else plain).append((run_name(setting, seed), config, [*overrides, f"seed={seed}"]))
+            (dropout if reads_midpoint(overrides) else plain).append((run_name(setting, seed), config,
+                                                                      [*overrides, f"seed={seed}"]))
     return plain + dropout
 
 
-def jobs(seeds: range, device: str) -> list:
-    """``runs`` as ``entrodrop.run_queue`` jobs, on ``device``; a run that reads the midpoint
-    waits for the seed-0 baseline."""
+def jobs(seeds: range, device: str, *extra: str) -> list:
+    """``runs`` as ``entrodrop.run_queue`` jobs, on ``device`` (``extra`` overrides go to every
+    run); a run that reads the midpoint waits for the seed-0 baseline."""
     first = run_name("baseline", 0)
-    extra = [f"device={device}"] if device != "cpu" else []
+    extra = ([f"device={device}"] if device != "cpu" else []) + list(extra)
 
     def argv(config: str, overrides: list, name: str) -> list:
-        values = midpoints() if any("midpoint}" in o for o in overrides) else {}
+        values = midpoints() if reads_midpoint(overrides) else {}
         return demo.run_command(demo.CONFIGS, config, OUT / name, demo.OUT, [*extra, *(o.format(**values) for o in overrides)])
 
-    return [Job(name, partial(argv, config, overrides, name), [OUT / name],
-                (first,) if any("midpoint}" in o for o in overrides) else ())
+    return [Job(name, partial(argv, config, overrides, name), [OUT / name], (first,) if reads_midpoint(overrides) else ())
             for name, config, overrides in runs(seeds)]
 
 
