@@ -33,6 +33,7 @@ from entrodrop.checkpointing import HFCheckpointer, latest_checkpoint
 from entrodrop.config import cli, schemas
 from entrodrop.data.loader import build_loader, describe_budget, plan_budget
 from entrodrop.data.packing import block_causal_mask
+from entrodrop.data.store_identity import check_training_stores, training_stores
 from entrodrop.eval.evaluator import Evaluator
 from entrodrop.eval.records import metric_fields, record_evaluation
 from entrodrop.eval.task_checks import allow_code, task_index
@@ -137,6 +138,8 @@ class EntroDropRecipeSingleDevice:
         """The training stream (the stores' integrity and the entropy join are checked as it is
         built), the held-out validation stores, and the budget. Every token id of the target and
         validation token stores is hashed against the store's table here, before the model loads."""
+        # Each token store of this tokenizer, the three of them distinct; what they are goes into each checkpoint.
+        self._stores = check_training_stores(training_stores(cfg), plain(cfg.tokenizer))
         # The entropy caches are this base model's (verify_entropy_cache.py's fingerprint; no forward pass).
         check_cache_model(cfg.checkpointer.checkpoint_dir, cfg.data.target_entropy,
                           cfg.evaluation.validation.target_entropy)
@@ -251,7 +254,8 @@ class EntroDropRecipeSingleDevice:
         state = {
             "step": self._step, "seed": self._seed, "optimizer": optimizer_sd,
             "lr_scheduler": self._lr_scheduler.state_dict(), "loader": self._loader.state_dict(), "rng": rng,
-            "config": self._config, **self._token_dropout.state_dict(),  # e_bar, val_losses, j0, loss_signal
+            "config": self._config, "stores": self._stores,  # what the stores are: a resume compares them
+            **self._token_dropout.state_dict(),  # e_bar, val_losses, j0, loss_signal
         }
         path = self._checkpointer.save_checkpoint({"model": model_sd}, f"step_{self._step}", state,
                                                    {"step": self._step, "target_epoch": target_epoch})

@@ -10,6 +10,8 @@ Manifests are not enough: a token file edited after it was written keeps its man
 token id of the token store is read back and hashed (``SampleStore.token_table``, about 2 s per
 100M tokens) and checked against both tables: the token store's own (what it was written with)
 and the entropy cache's (what the entropies were computed on). The error says which differs.
+Every value of the cache is read too: each must be an entropy over the model's vocabulary
+(finite, 0 to ln V; ``SampleStore.entropy_problems``), which a shard overwritten at its size is not.
 """
 
 import sys
@@ -21,6 +23,7 @@ from entrodrop.config import cli, schemas
 from entrodrop.data.fingerprints import entropy_cache_key
 from entrodrop.data.sample_store import SAMPLES, SampleStore, mismatches
 from entrodrop.errors import CacheMismatchError
+from entrodrop.method.entropy import model_vocab_size
 
 log = utils.get_logger("INFO")
 
@@ -46,7 +49,12 @@ def recipe_main(cfg: DictConfig) -> None:
         problems += [f"the token ids in {tokens.dir} differ from the table the entropy cache was computed on "
                      f"({cache.dir / SAMPLES}):"]
         problems += [f"  {p}" for p in computed_on]
-    if problems and not own:
+    values = cache.entropy_problems(model_vocab_size(cfg.checkpointer.checkpoint_dir))
+    if values:
+        problems += list(values.values())
+        fixes.append(f"delete {' '.join(str(path.parent) for path in values)} and re-run recipes/precompute_entropy.py "
+                     "with the same config: it computes those shards again and keeps the others")
+    if problems and not own and len(values) < len(problems):
         fixes.append("the cache was computed from other tokens or another model: point target_tokens and "
                      "checkpointer at what it was computed from, or re-run recipes/precompute_entropy.py into "
                      "a new cache_dir")

@@ -5,6 +5,8 @@ a checkpoint (its ``config.json`` and a sample of each weight file's bytes), of 
 builder arguments, each file replaced by its content hash). A store's key (``KEY_FIELDS`` of
 ``entrodrop.data.sample_store``) holds the fingerprints of the model, tokenizer and corpus it was
 computed from, and ``max_seq_len``; its manifest records it, and a store of another key is refused.
+A token store's key also holds its tokenizer's ``vocabulary`` fingerprint, which a training run
+compares with its own tokenizer's (``entrodrop.data.store_identity``).
 """
 
 import hashlib
@@ -57,11 +59,26 @@ def fingerprint_tokenizer(tokenizer_cfg: Dict[str, Any]) -> str:
     return _sha(["\n".join(parts).encode()])
 
 
+# Tokenizer arguments that do not change which token an id names: how ``tokenize_messages``
+# frames and cuts a conversation (a store's own cut is its key's ``max_seq_len``). A training
+# config names the tokenizer of its stores for lm-eval, often with another max_seq_len; every
+# other argument (the builder, its files, the special tokens) is the vocabulary, and counts.
+NON_VOCABULARY_KEYS = ("max_seq_len", "prompt_template", "truncation_type")
+
+
+def fingerprint_vocabulary(tokenizer_cfg: Dict[str, Any]) -> str:
+    """``fingerprint_tokenizer`` of the arguments that decide which token each id names: the same
+    for a tokenize config and a training config that name one tokenizer with another
+    ``max_seq_len`` (``NON_VOCABULARY_KEYS``)."""
+    return fingerprint_tokenizer({k: v for k, v in tokenizer_cfg.items() if k not in NON_VOCABULARY_KEYS})
+
+
 def store_key(tokenizer_cfg: Dict[str, Any], source: Dict[str, Any], max_seq_len: int) -> Dict[str, Any]:
     """The key of a token store written from ``source`` (``entrodrop.data.store_plans``: where the rows
     come from, the data's fingerprint, their selection, rendering and long-sample rule)."""
     return {"model": None, "tokenizer": fingerprint_tokenizer(tokenizer_cfg),
-            "corpus": _sha([json.dumps(source, sort_keys=True, default=str).encode()]), "max_seq_len": max_seq_len}
+            "corpus": _sha([json.dumps(source, sort_keys=True, default=str).encode()]), "max_seq_len": max_seq_len,
+            "vocabulary": fingerprint_vocabulary(tokenizer_cfg)}
 
 
 def entropy_cache_key(tokens: SampleStore, checkpoint_dir: str, weight_files: Sequence[str]) -> Dict[str, Any]:

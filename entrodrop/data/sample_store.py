@@ -26,6 +26,7 @@ every sample and names the shard file and first sample that differ from the tabl
 """
 
 import json
+import math
 import os
 import shutil
 from collections import OrderedDict
@@ -49,6 +50,9 @@ KINDS = {
     "tokens": ("token store", np.int32, "recipes/tokenize_corpus.py"),
 }
 _MAX_OPEN_FILES = 64
+# Nats an entropy may stray outside [0, ln V]: fp16 rounds ln V of a 256k vocabulary (12.45) by up
+# to 2^-8, and the fp32 sum by less; a value a bug or an overwrite left (inf, 60000) is far outside.
+ENTROPY_TOLERANCE = 0.02
 _HASH_BLOCK_TOKENS = 1 << 20  # read while hashing a shard: 4 MiB of int32, 8 MiB as int64
 _MAX_SHARDS_NAMED = 5
 _MAX_FILES_NAMED = 10
@@ -497,6 +501,44 @@ class SampleStore:
         _raise_if(self.differences(self.token_table(), self.table),
                   f"the token store {self.dir} holds other token ids than it was written with "
                   f"(its table, {self.dir / SAMPLES})", "Fix: " + _rewrite_tokens(self.dir))
+
+    def entropy_problems(self, vocab_size: int) -> Dict[Path, str]:
+        """Each shard file of an entropy cache holding values that are no entropy over ``vocab_size``
+        tokens, and a line naming it, how many and the first (sample, position, value). An entropy is
+        finite and in [0, ln V], to ``ENTROPY_TOLERANCE``; NaN only at a sample's first token.
+        A manifest and the files' sizes cannot tell: a shard overwritten at its size (with +inf,
+        say) keeps both. Every value is read once, shard by shard (2 bytes a token)."""
+        top = math.log(vocab_size)
+        lengths = self.table["length"].astype(np.int64)
+        problems = {}
+        for start in range(0, len(lengths), self._per_shard):
+            shard_lengths = lengths[start : start + self._per_shard]
+            path = self.shard_file(start // self._per_shard)
+            values = np.fromfile(path, self._dtype, offset=_data_offset(path, self._dtype)).astype(np.float32)
+            ends = np.cumsum(shard_lengths)
+            if len(values) != ends[-1]:
+                problems[path] = f"{path}: holds {len(values)} values, its samples have {ends[-1]} tokens"
+                continue
+            ok = (values >= -ENTROPY_TOLERANCE) & (values <= top + ENTROPY_TOLERANCE)  # False for NaN
+            firsts = (ends - shard_lengths)[shard_lengths > 0]
+            ok[firsts] |= np.isnan(values[firsts])  # a first token has no context, no entropy
+            if not ok.all():
+                i = int(np.argmin(ok))
+                sample = int(np.searchsorted(ends, i, side="right"))
+                position = i - int(ends[sample] - shard_lengths[sample])
+                problems[path] = (f"{path}: {int((~ok).sum())} of {len(values)} values are not entropies over "
+                                  f"{vocab_size} tokens (finite, 0 to ln {vocab_size} = {top:.3f}); the first is "
+                                  f"{values[i]} at sample {start + sample}, token {position}")
+        return problems
+
+    def check_entropies(self, vocab_size: int) -> None:
+        """Raise unless every value of this entropy cache is an entropy over ``vocab_size`` tokens
+        (``entropy_problems``), naming each shard file that holds others and how to compute it again."""
+        problems = self.entropy_problems(vocab_size)
+        shards = [path.parent for path in problems]
+        _raise_if(list(problems.values()), f"the entropy cache {self.dir} holds values that are not entropies",
+                  f"Fix: delete {' '.join(map(str, shards))} and re-run recipes/precompute_entropy.py with the same "
+                  "config (the same cache_dir): it computes those shards again and keeps the others")
 
     def verify(self, key: Dict[str, Any], table: np.ndarray) -> None:
         """Raise one error naming everything that differs and the first sample where it does."""

@@ -13,7 +13,8 @@ Samples reach the model in one of two layouts, with the same entropies (to round
   (``entrodrop.data.loader.pack_rows``), so every batch has one shape and almost no padding.
 
 The cache the precompute writes (recipes/precompute_entropy.py) is keyed by the model that
-computed it; ``check_cache_model`` refuses, at training start-up, a cache of another model.
+computed it; ``check_cache_model`` refuses, at training start-up, a cache of another model, and
+one holding a value that is no entropy over the model's vocabulary.
 """
 
 import bisect
@@ -28,7 +29,7 @@ from torchtune.modules import TransformerDecoder
 from entrodrop.checkpointing import damaged_weights, find_weight_files
 from entrodrop.data.fingerprints import fingerprint_checkpoint
 from entrodrop.data.packing import IGNORE_INDEX, TARGET, block_causal_mask, pack_rows
-from entrodrop.data.sample_store import MANIFEST, shards_written
+from entrodrop.data.sample_store import MANIFEST, SampleStore, shards_written
 from entrodrop.errors import CacheMismatchError, CheckpointError
 from entrodrop.models.head import fp32_logits, layerwise_hidden_states, output_weight
 
@@ -288,15 +289,24 @@ class Throughput:
         return f"{line}; steady state {steady:.0f} tokens/s after {n} warm-up batches ({warmup:.1f}s)"
 
 
+def model_vocab_size(checkpoint_dir: str) -> int:
+    """The vocabulary of the Hugging Face checkpoint in ``checkpoint_dir`` (its config.json): the
+    tokens each entropy is over, at most ln of it."""
+    return json.loads((Path(checkpoint_dir) / "config.json").read_text())["vocab_size"]
+
+
 def check_cache_model(checkpoint_dir: str, *cache_dirs: Optional[str]) -> None:
     """Refuse an entropy cache computed by another model than the one in ``checkpoint_dir``, at
     training start-up: the fingerprint recipes/verify_entropy_cache.py compares
     (``fingerprint_checkpoint``: config.json and three 1 MiB windows of each weight file,
     milliseconds; no forward pass) against the one in each cache's manifest. None: a cache
-    the run does not read.
+    the run does not read. Then every value of each cache is read once and refused unless it is
+    an entropy over the model's vocabulary (``SampleStore.check_entropies``): the caches are of
+    the target data, the small side of a run.
 
     Raises:
-        CacheMismatchError: one line naming both fingerprints and the fix.
+        CacheMismatchError: one line naming both fingerprints and the fix; or the shard files
+            holding values that are no entropies, with how many, the first, and the fix.
         CheckpointError: a damaged weight file (an interrupted download), named as such rather
             than as another model.
     """
@@ -314,6 +324,8 @@ def check_cache_model(checkpoint_dir: str, *cache_dirs: Optional[str]) -> None:
                 f"checkpointer.checkpoint_dir={checkpoint_dir} (fingerprint {now}): point checkpoint_dir at the model "
                 "that computed it, or re-run recipes/precompute_entropy.py with this one into a new cache_dir "
                 "(recipes/verify_entropy_cache.py names everything that differs)")
+    for cache_dir in (d for d in cache_dirs if d is not None):
+        SampleStore(cache_dir, "entropy").check_entropies(model_vocab_size(checkpoint_dir))
 
 
 def kept_shards(cache_dir: str) -> str:

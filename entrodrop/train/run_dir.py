@@ -28,6 +28,7 @@ from entrodrop.checkpointing import (
     latest_checkpoint,
 )
 from entrodrop.data.loader import num_training_steps
+from entrodrop.data.store_identity import store_changes, store_identities, training_stores
 from entrodrop.errors import CheckpointError, ConfigError, NoCheckpointError, OutputDirError
 from entrodrop.train.run_lock import LOCK_NAME
 
@@ -138,7 +139,8 @@ def resume_run(cfg: DictConfig, config: Dict[str, Any], may_change: Sequence[str
     output_dir, checkpoints, log_dir = _run_dirs(cfg)
     found = earlier_run(checkpoints, log_dir or "", Path(output_dir) / "eval") + list(removed)
     num_steps = num_training_steps(cfg.total_tokens, cfg.global_batch_size, cfg.data.seq_len)
-    state, resume_dir = resume_state(checkpoints, config, num_steps, may_change, found, added)
+    state, resume_dir = resume_state(checkpoints, config, num_steps, may_change, found, added,
+                                     store_identities(training_stores(cfg)))
     check_written_by(state, resume_dir, world_size)
     return state, resume_dir
 
@@ -168,12 +170,18 @@ def check_written_by(state: Dict[str, Any], resume_dir: Path, world_size: Option
 
 def resume_state(checkpoint_dir: str, config: Dict[str, Any], num_steps: int,
                  may_change: Sequence[str], found: Sequence[str] = (),
-                 added: Optional[Dict[str, Any]] = None) -> Tuple[Dict[str, Any], Path]:
+                 added: Optional[Dict[str, Any]] = None,
+                 stores: Optional[Mapping[str, Any]] = None) -> Tuple[Dict[str, Any], Path]:
     """The recipe state of the latest checkpoint and its directory, once the config it was
     trained with matches ``config`` (plain values) but for the keys under ``may_change``, and
     its step fits in a budget of ``num_steps``. One ``ConfigError`` names every difference.
     ``found`` is what the run directory holds besides (``earlier_run``'s lines, what
     ``remove_killed_saves`` removed), named when there is no checkpoint to resume.
+
+    ``stores``: the identities of the stores the config names now (``store_identities``). A
+    checkpoint that saved its own (``"stores"``) is compared store by store (``store_changes``),
+    not path by path: a store that moved resumes, another store under the same path is refused.
+    One saved without them compares the paths.
 
     The state is memory-mapped: the optimizer state is read only when it is loaded.
     """
@@ -185,7 +193,12 @@ def resume_state(checkpoint_dir: str, config: Dict[str, Any], num_steps: int,
         raise CheckpointError(_damaged_state(checkpoint_dir, resume_dir, state))
     if "config" not in state:
         raise ConfigError(f"{resume_dir} was written by an older version that kept no config: resume it with that one")
-    problems = differences(state["config"], config, may_change, added=added)
+    saved_stores = state.get("stores")
+    if saved_stores is not None and stores is not None:
+        problems = differences(state["config"], config, [*may_change, *saved_stores], added=added)
+        problems += store_changes(saved_stores, stores, may_change)
+    else:
+        problems = differences(state["config"], config, may_change, added=added)
     if num_steps < state["step"]:
         problems.append(f"total_tokens={config['total_tokens']} is {num_steps} steps, fewer than the "
                         f"{state['step']} the checkpoint has trained")

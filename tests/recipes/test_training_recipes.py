@@ -319,6 +319,15 @@ def test_resume_checks_the_saved_config_and_a_finished_run_exits_clean(data, tun
     assert "the run is complete, nothing to do" in result.stderr
     assert files_of(tmp_path) == before, "resuming a finished run wrote something"
 
+    # The checkpoint keeps what its stores are, so the same store at another path resumes.
+    general = dict(arg.split("=", 1) for arg in data)["data.general_tokens"]
+    state = torch.load(tmp_path / "checkpoints" / "step_10" / "recipe_state.pt", weights_only=False)
+    assert state["stores"]["data.general_tokens"]["path"] == str(Path(general).resolve())
+    shutil.copytree(general, tmp_path / "moved" / "general")
+    result = run(tune_run, *train_args(SINGLE, data, tmp_path, *settings, "resume=True",
+                                       f"data.general_tokens={tmp_path / 'moved' / 'general'}"))
+    assert "the run is complete, nothing to do" in result.stderr
+
 
 def test_the_curriculum_midpoint_is_on_the_logged_epoch_scale(data, tune_run, tmp_path):
     # 30 steps, about 2.2 target epochs; gamma_max(j) = 0.1 / (1 + exp(-0.2 (j - j0))), j0 at epoch 2.

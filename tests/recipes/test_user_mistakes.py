@@ -13,6 +13,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from conftest import REPO, TUNE
@@ -183,3 +184,63 @@ def test_an_entropy_cache_of_another_model_is_refused_at_training_start_up(data,
                                             "another model (fingerprint ")
     assert f"than checkpointer.checkpoint_dir={other} (fingerprint " in said
     assert not list((tmp_path / "run").glob("checkpoints/step_*"))
+
+
+# ---------------------------------------------------------------------------- the stores a run reads
+
+
+def setup_data(data: list, tmp_path: Path, *overrides: str):
+    """The single-device recipe's ``_setup_data``, in this process, on the tiny config with ``data``
+    and ``overrides`` (the distributed recipe's is the same lines)."""
+    from recipes.entrodrop_single_device import EntroDropRecipeSingleDevice
+
+    cfg = OmegaConf.merge(OmegaConf.load(REPO / TRAIN[2]),
+                          OmegaConf.from_dotlist([*data, f"output_dir={tmp_path / 'run'}", NO_TASKS, *overrides]))
+    recipe = EntroDropRecipeSingleDevice(cfg)
+    recipe._setup_data(cfg)
+    return recipe
+
+
+def test_training_refuses_a_store_of_another_tokenizer_one_store_given_twice_and_a_cache_of_no_entropies(
+        data, tmp_path):
+    overrides = dict(arg.split("=", 1) for arg in data)
+    assert set(setup_data(data, tmp_path)._stores) == {
+        "data.target_tokens", "data.general_tokens", "evaluation.validation.target_tokens", "data.target_entropy",
+        "evaluation.validation.target_entropy"}
+    # The target store as the general replay, or as the validation store.
+    with pytest.raises(ConfigError, match=r"^data.general_tokens and data.target_tokens are the same token store"):
+        setup_data(data, tmp_path, f"data.general_tokens={overrides['data.target_tokens']}")
+    with pytest.raises(ConfigError, match=r"^evaluation.validation.target_tokens and data.target_tokens are the same"):
+        setup_data(data, tmp_path, f"evaluation.validation.target_tokens={overrides['data.target_tokens']}")
+
+    # A validation store whose manifest says another tokenizer made it.
+    other = tmp_path / "target_val_other_tokenizer"
+    shutil.copytree(overrides["evaluation.validation.target_tokens"], other)
+    manifest = json.loads((other / "manifest.json").read_text())
+    manifest["key"]["vocabulary"] = "0123456789abcdef"
+    (other / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CacheMismatchError) as error:
+        setup_data(data, tmp_path, f"evaluation.validation.target_tokens={other}")
+    assert str(error.value).startswith(f"evaluation.validation.target_tokens={other} was tokenized with another "
+                                       "tokenizer (vocabulary fingerprint 0123456789abcdef) than this run's tokenizer (")
+
+    # An entropy shard overwritten with +inf at its size: verify and training both refuse it.
+    cache = tmp_path / "entropy"
+    shutil.copytree(overrides["data.target_entropy"], cache)
+    shard = cache / "shard-00000" / "entropy.npy"
+    values = np.load(shard)
+    shard.write_bytes(shard.read_bytes()[: -values.nbytes] + np.full_like(values, np.inf).tobytes())
+    with pytest.raises(CacheMismatchError) as error:
+        setup_data(data, tmp_path, f"data.target_entropy={cache}")
+    said = str(error.value).splitlines()
+    assert said[0] == f"the entropy cache {cache} holds values that are not entropies:"
+    assert said[1].startswith(f"  {shard}: {values.size} of {values.size} values are not entropies over 2112 tokens "
+                              "(finite, 0 to ln 2112 = 7.655); the first is inf at sample 0, token 0")
+    assert said[2].startswith(f"Fix: delete {shard.parent} and re-run recipes/precompute_entropy.py")
+    from recipes.verify_entropy_cache import recipe_main
+
+    verify = OmegaConf.merge(OmegaConf.load(REPO / "configs/tiny/qwen3_precompute_entropy.yaml"), OmegaConf.from_dotlist(
+        [f"target_tokens={overrides['data.target_tokens']}", f"cache_dir={cache}"]))
+    with pytest.raises(CacheMismatchError) as error:
+        recipe_main.__wrapped__(verify)
+    assert said[1].strip() in str(error.value) and f"Fix: delete {shard.parent} and re-run" in str(error.value)

@@ -1,15 +1,20 @@
 """What a run finds in its output directory (entrodrop.train.run_dir), as both training recipes
-call it: earlier runs, a fresh start over them or moving them aside, resume, pruning checkpoints."""
+call it: earlier runs, a fresh start over them or moving them aside, resume (its config and
+its stores), pruning checkpoints."""
 
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from conftest import REPO
 from omegaconf import OmegaConf
 
 from entrodrop.checkpointing import PROGRESS_FNAME, RECIPE_STATE_FNAME
+from entrodrop.data.fingerprints import store_key
+from entrodrop.data.sample_store import sample_table, write_store
+from entrodrop.data.store_identity import store_identities, training_stores
 from entrodrop.errors import CheckpointError, ConfigError, EntroDropError, NoCheckpointError, OutputDirError
 from entrodrop.eval.offline import (
     checkpoint_progress,
@@ -401,3 +406,47 @@ def test_a_checkpoint_of_the_other_training_recipe_says_which_recipe_resumes_it(
     assert str(error.value) == (
         f"{tmp_path}/run/checkpoints/step_4 was written by recipes/entrodrop_single_device.py, not the distributed "
         "recipe: resume it with `tune run recipes/entrodrop_single_device.py --config <your config> resume=True`")
+
+
+def test_resume_compares_what_the_stores_are_not_where_they_are(tiny_assets, tmp_path):
+    """A checkpoint keeps its stores' identities: the same stores moved resume; another store
+    under the path the checkpoint trained on (another working directory, a new tokenize run) is
+    refused in one line naming its key; a checkpoint without identities compares the paths."""
+    tokenizer = {"_component_": "entrodrop.models.qwen3.qwen3_tokenizer", "path": str(tiny_assets / "qwen3/vocab.json")}
+
+    def store(path: Path, lengths) -> str:
+        samples = [np.arange(1, n + 1, dtype=np.int32) for n in lengths]
+        write_store(str(path), "tokens", store_key(tokenizer, {"data": "general"}, 256), samples, sample_table(samples), 2)
+        return str(path)
+
+    general = store(tmp_path / "data" / "general", [5, 3, 7])
+    cfg = training_cfg(tmp_path / "run", total_tokens=8 * 256 * 10, **{"data.general_tokens": general})
+    path = save_state(cfg, 2)
+    state = torch.load(path / RECIPE_STATE_FNAME, weights_only=False)
+    torch.save({**state, "stores": store_identities(training_stores(cfg))}, path / RECIPE_STATE_FNAME)
+
+    moved = tmp_path / "moved" / "general"
+    (tmp_path / "data").rename(tmp_path / "moved")
+    resumed = training_cfg(tmp_path / "run", total_tokens=8 * 256 * 10, **{"data.general_tokens": str(moved)})
+    assert resume_run(resumed, plain(resumed), [], {})[1] == path
+
+    store(tmp_path / "data" / "general", [5, 3, 6])  # another store at the old path: one sample shorter
+    with pytest.raises(ConfigError) as error:
+        resume_run(cfg, plain(cfg), [], {})
+    [line] = [line for line in str(error.value).splitlines() if "general" in line]
+    assert line == (
+        f"  data.general_tokens={general} is another store than the one the checkpoint trained on (then at {general}): "
+        "num_tokens: 15 then, 14 now; its samples' token ids (table "
+        f"{state_stores(path)['data.general_tokens']['identity']['table']} then, "
+        f"{store_identities({'g': general})['g']['identity']['table']} now); set data.general_tokens to the store the "
+        "checkpoint trained on")
+
+    # A checkpoint saved without identities compares the paths, as before.
+    save_state(cfg, 4)
+    with pytest.raises(ConfigError, match=f"data.general_tokens: checkpoint has {general}, now {moved}"):
+        resume_run(resumed, plain(resumed), [], {})
+    assert resume_run(cfg, plain(cfg), [], {})[1].name == "step_4"
+
+
+def state_stores(checkpoint: Path) -> dict:
+    return torch.load(checkpoint / RECIPE_STATE_FNAME, weights_only=False)["stores"]

@@ -1,0 +1,173 @@
+"""What a training run's stores are, not where they are: checked at start-up and on resume.
+
+A store's identity is its manifest's key (the fingerprints of the tokenizer, corpus and model it
+was computed from, and ``max_seq_len``), its counts, and a hash of its table (``samples.npy``:
+each sample's length and token hash, so the hash tells the token ids apart). Two paths holding
+the same identity hold the same data; one path, from another working directory or after a new
+tokenize run, may hold another.
+
+At start-up (``check_training_stores``, before the stores are opened and hashed): each token
+store was made with the run's tokenizer, and the target, general and validation stores are three
+stores. The identities go into each checkpoint; a resume compares them (``store_changes``), so a
+store that moved resumes and another store under the same path is refused.
+"""
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+from entrodrop.data.fingerprints import fingerprint_tokenizer, fingerprint_vocabulary
+from entrodrop.data.sample_store import MANIFEST, SAMPLES
+from entrodrop.errors import CacheMismatchError, ConfigError
+
+# The config keys of a training run's stores, token stores first; the tokenizer check reads these.
+TOKEN_STORES = ("data.target_tokens", "data.general_tokens", "evaluation.validation.target_tokens")
+ENTROPY_CACHES = ("data.target_entropy", "evaluation.validation.target_entropy")
+# Why two of the token stores must differ, by pair (the second is the one to change).
+_SAME_STORE = {
+    ("data.target_tokens", "data.general_tokens"):
+        "the general replay, which token dropout never perturbs, would be the target data itself; set "
+        "data.general_tokens to the general corpus's token store",
+    ("data.target_tokens", "evaluation.validation.target_tokens"):
+        "validation would score the data the run trains on; set evaluation.validation.target_tokens to the held-out "
+        "store (a corpus's validation_store_dir in the tokenize config)",
+    ("data.general_tokens", "evaluation.validation.target_tokens"):
+        "validation would score the general data the run trains on; set evaluation.validation.target_tokens to the "
+        "held-out target store (a corpus's validation_store_dir in the tokenize config)",
+}
+
+
+def training_stores(cfg) -> Dict[str, Optional[str]]:
+    """Each store key of a training config (``TOKEN_STORES``, ``ENTROPY_CACHES``) and its path (None: not read)."""
+    def value(key: str) -> Optional[str]:
+        node = cfg
+        for part in key.split("."):
+            node = node[part]
+        return None if node is None else str(node)
+
+    return {key: value(key) for key in TOKEN_STORES + ENTROPY_CACHES}
+
+
+def _manifest(store_dir: str) -> Optional[Dict[str, Any]]:
+    path = Path(store_dir) / MANIFEST
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def store_identity(store_dir: Optional[str]) -> Optional[Dict[str, Any]]:
+    """What the store at ``store_dir`` holds, as plain values: ``kind``, ``key``, ``num_samples``,
+    ``num_tokens`` and ``table`` (the first 16 hex digits of the sha256 of its ``samples.npy``);
+    None where there is no store (the reader that opens it names why).
+
+    Example:
+        >>> store_identity("/nonexistent/store") is None
+        True
+    """
+    manifest = _manifest(store_dir) if store_dir else None
+    if manifest is None:
+        return None
+    table = Path(store_dir) / SAMPLES
+    digest = hashlib.sha256(table.read_bytes()).hexdigest()[:16] if table.is_file() else None
+    return {"kind": manifest["kind"], "key": manifest["key"], "num_samples": manifest["num_samples"],
+            "num_tokens": manifest.get("num_tokens"), "table": digest}
+
+
+def store_identities(stores: Mapping[str, Optional[str]]) -> Dict[str, Dict[str, Any]]:
+    """``{key: {"path": resolved path or None, "identity": store_identity}}`` for ``training_stores``:
+    what a checkpoint keeps, and what a resume compares with it."""
+    return {key: {"path": str(Path(path).resolve()) if path else None, "identity": store_identity(path)}
+            for key, path in stores.items()}
+
+
+def tokenizer_problems(identities: Mapping[str, Mapping[str, Any]], stores: Mapping[str, Optional[str]],
+                       tokenizer_cfg: Mapping[str, Any]) -> List[str]:
+    """One line for each token store made with another tokenizer than ``tokenizer_cfg``: the
+    vocabulary fingerprints (``fingerprint_vocabulary``) compared; a store whose key has none
+    compares the fingerprint of the whole tokenizer config it was made with."""
+    problems, now = [], {}
+    for key in TOKEN_STORES:
+        identity = identities[key]["identity"]
+        if identity is None:
+            continue
+        field = "vocabulary" if "vocabulary" in identity["key"] else "tokenizer"
+        if field not in now:
+            now[field] = (fingerprint_vocabulary if field == "vocabulary" else fingerprint_tokenizer)(dict(tokenizer_cfg))
+        if identity["key"][field] != now[field]:
+            fix = ("set tokenizer to the one the store was made with" if field == "vocabulary" else
+                   "set tokenizer to the tokenize config's, every key as it was (this store's manifest records the "
+                   "fingerprint of the whole tokenizer config)")
+            problems.append(f"{key}={stores[key]} was tokenized with another tokenizer ({field} fingerprint "
+                            f"{identity['key'][field]}) than this run's tokenizer ({now[field]}): tokenize it again "
+                            f"with this tokenizer (recipes/tokenize_corpus.py into a new store_dir), or {fix}")
+    return problems
+
+
+def same_store_problems(identities: Mapping[str, Mapping[str, Any]], stores: Mapping[str, Optional[str]]) -> List[str]:
+    """One line for each pair of ``TOKEN_STORES`` that are one store: one path, or two paths
+    holding the same samples (the same identity); the line says why that is wrong."""
+    problems = []
+    for (a, b), why in _SAME_STORE.items():
+        if stores[a] is None or stores[b] is None:
+            continue
+        same_path = identities[a]["path"] == identities[b]["path"]
+        same = identities[a]["identity"] is not None and identities[a]["identity"] == identities[b]["identity"]
+        if same_path or same:
+            where = stores[a] if same_path else f"{stores[a]} and {stores[b]} hold the same samples"
+            problems.append(f"{b} and {a} are the same token store ({where}): {why}")
+    return problems
+
+
+def check_training_stores(stores: Mapping[str, Optional[str]], tokenizer_cfg: Mapping[str, Any]) -> Dict[str, Any]:
+    """Refuse token stores of another tokenizer than the run's, and one store given for two of
+    the target, general and validation stores; returns ``store_identities`` for the checkpoints.
+    Manifests and tables only: a store missing or incomplete is named by its reader after.
+
+    Raises:
+        CacheMismatchError: a token store of another tokenizer (each named with both fingerprints).
+        ConfigError: two of the token stores are one store.
+    """
+    identities = store_identities(stores)
+    problems = same_store_problems(identities, stores)
+    if problems:
+        raise ConfigError("\n".join(problems))
+    problems = tokenizer_problems(identities, stores, tokenizer_cfg)
+    if problems:
+        raise CacheMismatchError("\n".join(problems))
+    return identities
+
+
+def _under(key: str, prefixes: Sequence[str]) -> bool:
+    parts = key.split(".")
+    return any(".".join(parts[:n]) in prefixes for n in range(1, len(parts) + 1))
+
+
+def _what_differs(saved: Mapping[str, Any], now: Mapping[str, Any]) -> str:
+    fields = [f"key.{f}: {saved['key'].get(f)} then, {now['key'].get(f)} now"
+              for f in sorted(set(saved["key"]) | set(now["key"])) if saved["key"].get(f) != now["key"].get(f)]
+    fields += [f"{f}: {saved[f]} then, {now[f]} now" for f in ("kind", "num_samples", "num_tokens") if saved[f] != now[f]]
+    if saved["table"] != now["table"]:
+        fields.append(f"its samples' token ids (table {saved['table']} then, {now['table']} now)")
+    return "; ".join(fields)
+
+
+def store_changes(saved: Mapping[str, Mapping[str, Any]], current: Mapping[str, Mapping[str, Any]],
+                  may_change: Sequence[str]) -> List[str]:
+    """One line for each store of a checkpoint (``saved``, ``store_identities`` at its run's
+    start) that is not the store the config names now (``current``), but for keys under
+    ``may_change``; a store that moved is the same store. A store not on disk now is skipped: its
+    reader refuses it at start-up."""
+    problems = []
+    for key, then in saved.items():
+        now = current.get(key, {"path": None, "identity": None})
+        if _under(key, may_change):
+            continue
+        if now["path"] is None and then["path"] is not None:
+            problems.append(f"{key}: the checkpoint trained on the store then at {then['path']}, now {key} is null: "
+                            f"set {key} to that store")
+        elif then["path"] is None and now["path"] is not None:
+            problems.append(f"{key}: the checkpoint trained without one, now {key}={now['path']}: set {key} to null")
+        elif then["identity"] is not None and now["identity"] is not None and then["identity"] != now["identity"]:
+            problems.append(f"{key}={now['path']} is another store than the one the checkpoint trained on (then at "
+                            f"{then['path']}): {_what_differs(then['identity'], now['identity'])}; set {key} to the "
+                            "store the checkpoint trained on")
+    return problems
