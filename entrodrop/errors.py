@@ -85,6 +85,11 @@ class RecipeLocationError(EntroDropError, ImportError):
     Also ``tune run /path/to/x.py`` (or ``./``, ``../``) where there is no such file."""
 
 
+class DamagedLineError(EntroDropError, ValueError):
+    """A line that cannot be read in a file a run appends to a line at a time (``evals.jsonl``, the
+    step log) that is not its last: damage, where a cut last line is a write that did not finish."""
+
+
 class DeviceError(EntroDropError, RuntimeError):
     """A ``device`` this torch cannot use (no CUDA build, no GPU, an index beyond the GPUs there are)."""
 

@@ -4,11 +4,16 @@ target group's average among the most complete scores), and which records may be
 """
 
 import json
+import logging
 import math
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional, TypeVar
 
+from entrodrop.errors import DamagedLineError, naming_full_disk
 from entrodrop.method.dropout import AUTO_NOT_FIXED
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # The prompts of a record that does not say: lm-eval's plain text, no chat template.
 PLAIN_PROMPTS = {"apply_chat_template": False, "system_instruction": None, "enable_thinking": None}
@@ -43,10 +48,73 @@ def group_metrics(groups: Dict[str, List[str]], metrics: Dict[str, str]) -> Dict
     return {group: {t: metrics[t] for t in tasks} for group, tasks in groups.items() if tasks}
 
 
+def read_lines(path: Path, parse: Callable[[str], T], unterminated_is_cut: bool = False) -> List[T]:
+    """``parse`` of each line of ``path``, a file a run appends to a line at a time, each line ending
+    in a newline (``evals.jsonl``, torchtune's step log). A last line without its newline that
+    ``parse`` refuses (raises ``ValueError``) is a write that did not finish (a full disk, a killed
+    process): it is skipped, and a warning names it. With ``unterminated_is_cut``, so is one that
+    ``parse`` takes: a step log's value cut short is still a number, another one (a JSON record
+    cut short never parses).
+
+    Raises:
+        DamagedLineError: a line that ``parse`` refuses and that is not such a cut last line, named
+            by file and line. Writes end at the end of the file, so only the last line can be cut
+            short; a line before it that cannot be read was changed after it was written, and
+            skipping it would leave a record out without a word.
+    """
+    lines = path.read_text().split("\n")
+    unterminated = lines[-1] != ""
+    if not unterminated:
+        lines.pop()  # the "" after the final newline
+    parsed = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        cut = number == len(lines) and unterminated
+        try:
+            if cut and unterminated_is_cut:
+                raise ValueError("no newline")
+            parsed.append(parse(line))
+        except ValueError as error:
+            if cut:
+                log.warning(f"{path}, line {number}: cut short (a write that did not finish: a full disk, a killed "
+                            f"process), skipped: {line[:60]!r}")
+                continue
+            raise DamagedLineError(f"{path}, line {number} cannot be read ({error}), and it is not the last line, "
+                                   "the only one a write that did not finish leaves cut short: the line was damaged "
+                                   "after it was written (or a record was appended onto a cut one). Repair or delete "
+                                   "that line, then run again") from None
+    return parsed
+
+
 def read_evaluations(eval_dir) -> List[Dict]:
-    """The records of ``eval_dir/evals.jsonl``, oldest first (none when it does not exist)."""
+    """The records of ``eval_dir/evals.jsonl``, oldest first (none when it does not exist); a cut
+    last record skipped (``read_lines``)."""
     path = Path(eval_dir) / "evals.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    return read_lines(path, json.loads) if path.exists() else []
+
+
+def _end_cut_record(path: Path) -> None:
+    """Make ``path`` end in a newline before a record is appended. A last record whose write did
+    not finish holds nothing readable, and appended after, it would stand in the middle of the file,
+    where readers take it for damage (``read_lines``): it is cut off, as the temporary files of an
+    unfinished save are removed, and a warning says so. A last record that is whole but for its
+    newline (a file edited by hand) gets one."""
+    data = path.read_bytes() if path.exists() else b""
+    if not data or data.endswith(b"\n"):
+        return
+    start = data.rfind(b"\n") + 1
+    try:
+        json.loads(data[start:])
+    except ValueError:
+        line = data.count(b"\n") + 1
+        log.warning(f"{path}, line {line}: a record cut short by a write that did not finish, "
+                    f"removed before the next is appended: {data[start:start + 60]!r}")
+        with path.open("rb+") as f:
+            f.truncate(start)
+        return
+    with path.open("ab") as f:
+        f.write(b"\n")
 
 
 def scored_alike(record: Dict, group: str):
@@ -136,8 +204,10 @@ def record_evaluation(eval_dir, record: Dict, target_group: str) -> Dict:
     that ``midpoint: auto`` fixed (``auto_midpoint``: target epoch, step, and the step that fixed it)."""
     eval_dir = Path(eval_dir)
     eval_dir.mkdir(parents=True, exist_ok=True)
-    with (eval_dir / "evals.jsonl").open("a") as f:
-        f.write(json.dumps(record) + "\n")
+    with naming_full_disk(eval_dir / "evals.jsonl"):
+        _end_cut_record(eval_dir / "evals.jsonl")
+        with (eval_dir / "evals.jsonl").open("a") as f:
+            f.write(json.dumps(record) + "\n")
     records = read_evaluations(eval_dir)
     summary: Dict = {"evaluations": len(records)}
     with_loss = [r for r in records if "val_loss" in r]
