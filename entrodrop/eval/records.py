@@ -3,6 +3,7 @@
 target group's average among the most complete scores), and which records may be compared.
 """
 
+import fcntl
 import json
 import logging
 import math
@@ -94,27 +95,31 @@ def read_evaluations(eval_dir) -> List[Dict]:
     return read_lines(path, json.loads) if path.exists() else []
 
 
-def _end_cut_record(path: Path) -> None:
-    """Make ``path`` end in a newline before a record is appended. A last record whose write did
-    not finish holds nothing readable, and appended after, it would stand in the middle of the file,
-    where readers take it for damage (``read_lines``): it is cut off, as the temporary files of an
-    unfinished save are removed, and a warning says so. A last record that is whole but for its
-    newline (a file edited by hand) gets one."""
-    data = path.read_bytes() if path.exists() else b""
-    if not data or data.endswith(b"\n"):
-        return
-    start = data.rfind(b"\n") + 1
-    try:
-        json.loads(data[start:])
-    except ValueError:
-        line = data.count(b"\n") + 1
-        log.warning(f"{path}, line {line}: a record cut short by a write that did not finish, "
-                    f"removed before the next is appended: {data[start:start + 60]!r}")
-        with path.open("rb+") as f:
-            f.truncate(start)
-        return
-    with path.open("ab") as f:
-        f.write(b"\n")
+def append_record(path: Path, record: Dict) -> None:
+    """Append ``record`` to ``path`` as one line, the line before it ended first.
+
+    A last record whose write did not finish (a full disk, a kill) holds nothing readable; left
+    there, the next record would be appended onto it (both unreadable), or, on a line of its own,
+    leave it in the middle of the file, where readers take it for damage (``read_lines``). So it is
+    cut off, as the temporary files of an unfinished save are removed, and a warning names it; a
+    last record whole but for its newline (a file edited by hand) gets one. The file is locked
+    meanwhile: an offline evaluation may record into a run's folder while the run does, and the
+    end of a record the other is writing is no cut one."""
+    with path.open("a+b") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)  # released as the file closes
+        f.seek(0)
+        data = f.read()
+        start = data.rfind(b"\n") + 1
+        if data[start:]:
+            try:
+                json.loads(data[start:])
+                f.write(b"\n")
+            except ValueError:
+                line = data.count(b"\n") + 1
+                log.warning(f"{path}, line {line}: a record cut short by a write that did not finish, removed "
+                            f"before the next is appended: {data[start:start + 60]!r}")
+                f.truncate(start)
+        f.write((json.dumps(record) + "\n").encode())
 
 
 def scored_alike(record: Dict, group: str):
@@ -205,9 +210,7 @@ def record_evaluation(eval_dir, record: Dict, target_group: str) -> Dict:
     eval_dir = Path(eval_dir)
     eval_dir.mkdir(parents=True, exist_ok=True)
     with naming_full_disk(eval_dir / "evals.jsonl"):
-        _end_cut_record(eval_dir / "evals.jsonl")
-        with (eval_dir / "evals.jsonl").open("a") as f:
-            f.write(json.dumps(record) + "\n")
+        append_record(eval_dir / "evals.jsonl", record)
     records = read_evaluations(eval_dir)
     summary: Dict = {"evaluations": len(records)}
     with_loss = [r for r in records if "val_loss" in r]
