@@ -108,7 +108,7 @@ def disk_full(error: BaseException) -> bool:
 
 def free_space(path: str) -> Optional[str]:
     """How much room the file system of ``path`` (or of its nearest existing parent) has left,
-    as ``"1.2 MB"``; None where none of it exists.
+    as ``"1.2 MB"``; None where that cannot be read.
 
     Example:
         >>> free_space("/nonexistent/x").endswith("B")
@@ -151,7 +151,7 @@ def naming_full_disk(path, refused: Callable[[BaseException], bool] = disk_full)
     try:
         yield
     except Exception as error:
-        if not refused(error):
+        if isinstance(error, DiskFullError) or not refused(error):  # named already, by the write itself
             raise
         # safetensors' error names the OS error in its text alone: "... (os error 28)"
         said = re.search(r"\(os error (\d+)\)", str(error))

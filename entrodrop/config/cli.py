@@ -117,6 +117,7 @@ def reported(kept: Callable[[], Optional[str]] = lambda: None) -> Iterator[None]
         if debugging() or not (full or isinstance(error, EntroDropError)):
             raise
         if full:
+            _close_progress_bars()  # a bar left open draws itself again below the line, as for Ctrl-C
             error = full_disk_line(error, kept)
         rank = int(os.environ.get("RANK", "0"))
         if rank:
