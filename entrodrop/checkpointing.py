@@ -20,7 +20,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torchtune.models import convert_weights
 
-from entrodrop.errors import CheckpointError
+from entrodrop.errors import FULL_DISK_ERRNOS, CheckpointError, disk_full, naming_full_disk
 from entrodrop.models.qwen3._convert_weights import qwen3_hf_to_tune, qwen3_tune_to_hf
 from entrodrop.temp_paths import as_umask_allows, temp_dir
 
@@ -241,9 +241,16 @@ class HFCheckpointer:
         for key, value in hf_state.items():
             shards.setdefault(self._weight_map.get(key, SINGLE_FNAME), {})[key] = value
 
-        self.output_dir.mkdir(parents=True, exist_ok=True)
         final = self.output_dir / name
-        tmp = temp_dir(self.output_dir, f".{name}.tmp-")  # the user's umask, not mkdtemp's 0700
+        with naming_full_disk(final, _refused_for_room):
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            tmp = temp_dir(self.output_dir, f".{name}.tmp-")  # the user's umask, not mkdtemp's 0700
+            self._save_into(tmp, final, shards, hf_state, recipe_state, progress)
+        return final
+
+    def _save_into(self, tmp: Path, final: Path, shards: Dict[str, StateDict], hf_state: StateDict,
+                   recipe_state: Optional[Dict[str, object]], progress: Optional[Dict[str, float]]) -> None:
+        """Write the checkpoint into ``tmp`` and rename it to ``final``; ``tmp`` is removed if that fails."""
         try:
             for src in self._checkpoint_dir.iterdir():
                 if (src.is_file() and src.suffix not in _WEIGHT_SUFFIXES
@@ -273,7 +280,19 @@ class HFCheckpointer:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        return final
+
+
+def _refused_for_room(error: BaseException) -> bool:
+    """Whether a save failed for want of room on the device: an ``OSError`` that says so
+    (``disk_full``: the copies, the index), or the errors of safetensors and torch.save, which do
+    not. safetensors' names the OS error in its text ("os error 28"); torch.save's zip writer
+    raises "unexpected pos N vs M" or "file write failed" when a write of its comes up short,
+    which on a local disk is a full one (or a spent quota)."""
+    if isinstance(error, SafetensorError):
+        return any(f"os error {code})" in str(error) for code in FULL_DISK_ERRNOS)
+    if isinstance(error, RuntimeError):
+        return "unexpected pos" in str(error) or "file write failed" in str(error)
+    return disk_full(error)
 
 
 def _replace_dir(src: Path, dst: Path) -> None:

@@ -8,7 +8,13 @@ Each subclass also derives from the built-in error it used to be (``ValueError``
 ``FileExistsError``...), so ``except ValueError`` still catches it.
 """
 
-from typing import List
+import errno
+import os
+import re
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator, List, Optional
 
 
 class EntroDropError(Exception):
@@ -79,5 +85,75 @@ class RecipeLocationError(EntroDropError, ImportError):
     Also ``tune run /path/to/x.py`` (or ``./``, ``../``) where there is no such file."""
 
 
+class DamagedLineError(EntroDropError, ValueError):
+    """A line that cannot be read in a file a run appends to a line at a time (``evals.jsonl``, the
+    step log) that is not its last: damage, where a cut last line is a write that did not finish."""
+
+
 class DeviceError(EntroDropError, RuntimeError):
     """A ``device`` this torch cannot use (no CUDA build, no GPU, an index beyond the GPUs there are)."""
+
+
+# A write the device refused for want of room: a full file system, or the user's quota spent.
+FULL_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full(error: BaseException) -> bool:
+    """Whether ``error`` is a write refused for want of room (``FULL_DISK_ERRNOS``), or numpy's
+    short write: ``np.save`` of a large array writes with ``tofile``, whose error for a write cut
+    short by a full disk has no errno, only "N requested and M written"."""
+    return isinstance(error, OSError) and (error.errno in FULL_DISK_ERRNOS or (
+        error.errno is None and re.fullmatch(r"\d+ requested and \d+ written", str(error)) is not None))
+
+
+def free_space(path: str) -> Optional[str]:
+    """How much room the file system of ``path`` (or of its nearest existing parent) has left,
+    as ``"1.2 MB"``; None where that cannot be read.
+
+    Example:
+        >>> free_space("/nonexistent/x").endswith("B")
+        True
+    """
+    place = Path(path).absolute()
+    while not place.exists() and place != place.parent:
+        place = place.parent
+    try:
+        free = float(shutil.disk_usage(place).free)
+    except OSError:
+        return None
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if free < 1000 or unit == "TB":
+            return f"{free:.0f} {unit}" if unit == "B" else f"{free:.1f} {unit}"
+        free /= 1000
+    return None
+
+
+class DiskFullError(EntroDropError, OSError):
+    """A write that the device refused for want of room, with the path it was writing: numpy's and
+    json's ``OSError`` name no path, torch.save's is a ``RuntimeError`` ("unexpected pos ...") and
+    safetensors' a ``SafetensorError``, neither saying that the disk is full (``naming_full_disk``).
+    Made as ``DiskFullError(errno, strerror, path)``; its message says how much room is left there
+    now, and ``entrodrop.config.cli`` adds how the command goes on from what it wrote."""
+
+    def __str__(self) -> str:
+        what = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded"}.get(
+            self.errno, "no space left on device, or the disk quota exceeded")
+        if not self.filename:
+            return f"{what} (the path being written is not known)"
+        free = free_space(self.filename)
+        return f"{what} writing {self.filename}" + (f" ({free} free there now)" if free else "")
+
+
+@contextmanager
+def naming_full_disk(path, refused: Callable[[BaseException], bool] = disk_full) -> Iterator[None]:
+    """Re-raise a write that ``refused`` says failed for want of room as a ``DiskFullError``
+    naming ``path`` (what is being written: a store's shard, a checkpoint)."""
+    try:
+        yield
+    except Exception as error:
+        if isinstance(error, DiskFullError) or not refused(error):  # named already, by the write itself
+            raise
+        # safetensors' error names the OS error in its text alone: "... (os error 28)"
+        said = re.search(r"\(os error (\d+)\)", str(error))
+        code = error.errno if isinstance(error, OSError) else int(said.group(1)) if said else None
+        raise DiskFullError(code, os.strerror(code) if code else str(error), str(path)) from error

@@ -47,13 +47,12 @@ the log and in table.md); it still counts in the table and in ``score_vs_val_los
 shaded by its entropy under the base model, the tokens the gate makes eligible underlined.
 """
 
-import json
 import logging
 import math
 import re
 import textwrap
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import matplotlib
 import numpy as np
@@ -62,7 +61,7 @@ import yaml
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
-from entrodrop.eval.records import best_epoch, most_complete  # noqa: E402
+from entrodrop.eval.records import best_epoch, most_complete, read_evaluations, read_lines  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +91,23 @@ def epochless_note(run: Dict) -> Optional[str]:
             "and of the midpoint proposal")
 
 
+def step_metrics(line: str) -> Optional[Tuple[int, Dict[str, float]]]:
+    """A line of torchtune's step log, ``Step N | key:value key:value``, as ``(N, {key: value})``;
+    None for a line of another kind.
+
+    Example:
+        >>> step_metrics("Step 3 | loss:2.5 gamma:0.1 ")
+        (3, {'loss': 2.5, 'gamma': 0.1})
+    """
+    match = re.match(r"Step (\d+) \| (.*)", line)
+    if not match:
+        return None
+    items = [item.split(":", 1) for item in match.group(2).split()]
+    if any(len(item) != 2 for item in items):
+        raise ValueError(f"not key:value pairs: {match.group(2)[:60]!r}")
+    return int(match.group(1)), {key: float(value) for key, value in items}
+
+
 def read_run(run_dir: str) -> Dict:
     """A run's per-step training metrics and its evaluations.
 
@@ -106,14 +122,10 @@ def read_run(run_dir: str) -> Dict:
         raise FileNotFoundError(f"run directory {run_dir} holds neither logs/log_*.txt nor eval/evals.jsonl: "
                                 "not a recipe's output_dir")
     steps: Dict[int, Dict[str, float]] = {}
-    for log in sorted((root / "logs").glob("log_*.txt")):
-        for line in log.read_text().splitlines():
-            match = re.match(r"Step (\d+) \| (.*)", line)
-            if match:
-                metrics = dict(item.split(":", 1) for item in match.group(2).split())
-                steps.setdefault(int(match.group(1)), {}).update({k: float(v) for k, v in metrics.items()})
-    evals_file = root / "eval" / "evals.jsonl"
-    evals = [json.loads(line) for line in evals_file.read_text().splitlines()] if evals_file.exists() else []
+    for log_file in sorted((root / "logs").glob("log_*.txt")):
+        for step, metrics in filter(None, read_lines(log_file, step_metrics, unterminated_is_cut=True)):
+            steps.setdefault(step, {}).update(metrics)
+    evals = read_evaluations(root / "eval")
     # A resumed run may evaluate a step twice: keep the last. Evaluations outside a run (no step) go last.
     evals = sorted({_eval_key(e): e for e in evals}.values(), key=lambda e: (e.get("step") is None, e.get("step") or 0))
     # The config as the recipe saved it (torchtune's metric loggers write it): the method's settings.

@@ -28,6 +28,7 @@ config: its tokenizer, its held-out validation store and entropy cache, and its 
 import argparse
 from pathlib import Path
 
+from entrodrop.errors import DamagedLineError
 from entrodrop.report import (
     check_selection,
     read_run,
@@ -51,7 +52,7 @@ def main() -> None:
     for run_dir in args.runs:
         try:
             runs.append(read_run(run_dir))
-        except FileNotFoundError as e:
+        except (FileNotFoundError, DamagedLineError) as e:
             problems.append(str(e))
     if not problems:
         problems = check_selection(runs, args.target_group, args.baseline)

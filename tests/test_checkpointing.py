@@ -6,11 +6,14 @@ import shutil
 
 import pytest
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torchtune.models.llama3_1 import llama3_1
 
+from entrodrop import checkpointing
 from entrodrop.checkpointing import HFCheckpointer, safetensors_problem
-from entrodrop.errors import CheckpointError
+from entrodrop.config import cli
+from entrodrop.errors import CheckpointError, DiskFullError
 from entrodrop.models.hf_config import differences
 from entrodrop.models.qwen3._component_builders import qwen3
 
@@ -142,3 +145,40 @@ def test_a_saved_checkpoint_is_readable_by_others_as_the_umask_allows(tiny_asset
     # safetensors' save_file writes 0600 (a private temporary file, renamed)
     assert {p.name: oct(p.stat().st_mode & 0o777) for p in saved.iterdir()} == {
         p.name: oct(0o644) for p in saved.iterdir()}
+
+
+@pytest.mark.parametrize("full", ["torch.save", "safetensors"])
+def test_a_save_that_finds_the_disk_full_says_so_and_keeps_the_last_checkpoint(tiny_assets, tmp_path, monkeypatch,
+                                                                              capsys, full):
+    checkpointer = HFCheckpointer(str(tiny_assets / "qwen3"), "QWEN3", str(tmp_path / "checkpoints"))
+    state = checkpointer.load_checkpoint()
+    last = checkpointer.save_checkpoint(state, "step_1", recipe_state={"step": 1})
+    # What each raises when the disk fills, as on a full tmpfs: neither is an OSError or names a path.
+    if full == "torch.save":
+        def torch_save(obj, path):
+            open(path, "wb").write(b"PK\x03\x04")
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 1340544 vs 1340432")
+        monkeypatch.setattr(torch, "save", torch_save)
+    else:
+        def save_file(tensors, path, metadata=None):
+            raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+        monkeypatch.setattr(checkpointing, "save_file", save_file)
+    with pytest.raises(DiskFullError) as error:
+        checkpointer.save_checkpoint(state, "step_2", recipe_state={"step": 2})
+    what = "no space left on device" + (", or the disk quota exceeded" if full == "torch.save" else "")  # no errno
+    assert str(error.value).startswith(f"{what} writing {tmp_path / 'checkpoints' / 'step_2'} (")
+    assert str(error.value).endswith(" free there now)")
+    # The partial checkpoint is gone, the last whole one untouched: what resume=True goes on from.
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_1"]
+    assert load_file(last / "model.safetensors").keys() == load_file(tiny_assets / "qwen3" / "model.safetensors").keys()
+
+    # The recipe's line: the path, the room, and how to go on, as kept_checkpoint says for Ctrl-C.
+    monkeypatch.delenv(cli.DEBUG_ENV, raising=False)
+    monkeypatch.delenv("RANK", raising=False)
+    with pytest.raises(SystemExit) as exit, cli.reported(lambda: f"the last checkpoint written is {last}; run the "
+                                                          "same command with resume=True to continue from it"):
+        raise error.value
+    err = capsys.readouterr().err
+    assert exit.value.code == 1 and len(err.splitlines()) == 2 and "Traceback" not in err
+    assert err.splitlines()[0] == (f"{error.value}: free some space; the last checkpoint written is {last}; run the "
+                                   "same command with resume=True to continue from it")

@@ -346,3 +346,27 @@ def test_report_writes_plots_table_and_proposes_the_midpoint(tmp_path):
     assert "token_dropout.midpoint: 2.00" in table
     png = (tmp_path / "report" / "val_loss_by_entropy.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and np.frombuffer(png, np.uint8).size > 10_000
+
+
+def test_a_run_whose_log_and_evaluations_end_in_a_cut_line_is_reported_without_it(tmp_path, monkeypatch, capsys,
+                                                                                   caplog):
+    run = fake_run(tmp_path, "cut", [2.0, 1.8, 1.9])
+    with (run / "logs" / "log_1.txt").open("a") as f:
+        f.write("Step 11 | loss:2.8")  # cut in its last value: 2.8 parses, but is not what was logged
+    evals = run / "eval" / "evals.jsonl"
+    evals.write_text(evals.read_text() + '{"step": 40, "target_epoch": 4.0, "val_lo')
+    read = read_run(run)
+    assert list(read["steps"]) == list(range(1, 11)) and [e["step"] for e in read["evals"]] == [10, 20, 30]
+    status, out, err = report(monkeypatch, capsys, run, "--out", tmp_path / "report", "--target-group", "code")
+    assert status == 0 and "Traceback" not in err
+    assert f"{run / 'logs' / 'log_1.txt'}, line 11: cut short" in caplog.text
+    assert f"{evals}, line 4: cut short" in caplog.text
+
+
+def test_a_damaged_line_before_the_last_is_one_line_naming_it(tmp_path, monkeypatch, capsys):
+    run = fake_run(tmp_path, "damaged", [2.0, 1.8])
+    log = run / "logs" / "log_1.txt"
+    log.write_text(log.read_text().replace("Step 3 | loss:2.97", "Step 3 | loss:2.9Step 4 | loss"))
+    status, out, err = report(monkeypatch, capsys, run, "--out", tmp_path / "report")
+    assert status == 2 and "Traceback" not in err
+    assert f"{log}, line 3 cannot be read (not key:value pairs: " in err

@@ -13,7 +13,8 @@ changes:
 - An error a user can fix (``entrodrop.errors.EntroDropError``: a config value, a store or
   cache, the output directory, a checkpoint) prints its message alone and exits with status 1;
   in an N-process run, rank 0 alone prints it (torchrun's own report of the failed processes
-  follows). ``ENTRODROP_DEBUG=1`` shows the traceback.
+  follows). So is a write the disk refused for want of room (``full_disk_line``): the path, the
+  room left there, and how the same command goes on. ``ENTRODROP_DEBUG=1`` shows the traceback.
   Any other exception is a bug and keeps its traceback.
 - Ctrl-C prints one line, from rank 0, in place of the ``KeyboardInterrupt`` traceback: what the
   run kept and how to go on, as the recipe says (``parse(kept=...)``), and exits with status 130
@@ -46,7 +47,7 @@ from tqdm import tqdm
 
 from entrodrop.config.check import whole_config_problem
 from entrodrop.config.tune_run import DEBUG_ENV, INTERRUPTED, INTERRUPTED_EXIT, debugging
-from entrodrop.errors import ConfigError, EntroDropError
+from entrodrop.errors import ConfigError, DiskFullError, EntroDropError, disk_full
 from entrodrop.launch import end_with_launcher
 
 # How long a rank other than 0 waits to be stopped before it prints its own error.
@@ -62,14 +63,20 @@ def emptied(cfg: DictConfig, overrides: List[str]) -> DictConfig:
     return cfg
 
 
+def _said(kept: Callable[[], Optional[str]]) -> Optional[str]:
+    """``kept()``, what a stopped run kept and how to go on, read from the disk as the run stopped;
+    None where it fails (stopped before the config was checked, so a key it reads may be missing),
+    as a traceback here would hide the line."""
+    try:
+        return kept()
+    except Exception:
+        return None
+
+
 def interrupted(kept: Callable[[], Optional[str]]) -> str:
     """The line printed when Ctrl-C stops a run: ``kept()``, what the run kept and how to go on,
-    where it says. It is read from the disk as the run stopped; one that fails (Ctrl-C before the
-    config was checked, so a key it reads may be missing) says nothing, as a traceback here would."""
-    try:
-        said = kept()
-    except Exception:
-        said = None
+    where it says."""
+    said = _said(kept)
     return f"{INTERRUPTED}: {said}" if said else INTERRUPTED
 
 
@@ -80,10 +87,19 @@ def _close_progress_bars() -> None:
         bar.close()
 
 
+def full_disk_line(error: OSError, kept: Callable[[], Optional[str]]) -> str:
+    """The line for a write the device refused for want of room (``disk_full``): the path being
+    written (a ``DiskFullError``'s, else the ``OSError``'s own, where it has one), the room left
+    there, and how the same command goes on from what was written, as ``kept()`` says for Ctrl-C
+    (every store and checkpoint is written whole or not at all, so what is there is sound)."""
+    where = error if isinstance(error, DiskFullError) else DiskFullError(error.errno, error.strerror, error.filename)
+    return f"{where}: free some space; {_said(kept) or 'then run the same command again'}"
+
+
 @contextmanager
 def reported(kept: Callable[[], Optional[str]] = lambda: None) -> Iterator[None]:
-    """Turn an ``EntroDropError`` into its message on stderr (rank 0 only) and exit status 1, and
-    Ctrl-C into one line (``interrupted``, rank 0 only) and exit status 130."""
+    """Turn an ``EntroDropError`` into its message on stderr (rank 0 only) and exit status 1, so too a
+    full disk (``full_disk_line``), and Ctrl-C into one line (``interrupted``, rank 0 only) and exit status 130."""
     try:
         yield
     except KeyboardInterrupt:
@@ -96,9 +112,13 @@ def reported(kept: Callable[[], Optional[str]] = lambda: None) -> Iterator[None]
         if int(os.environ.get("RANK", "0")) == 0:
             print(interrupted(kept), file=sys.stderr, flush=True)
         sys.exit(INTERRUPTED_EXIT)
-    except EntroDropError as error:
-        if debugging():
+    except (EntroDropError, OSError) as error:
+        full = isinstance(error, DiskFullError) or disk_full(error)
+        if debugging() or not (full or isinstance(error, EntroDropError)):
             raise
+        if full:
+            _close_progress_bars()  # a bar left open draws itself again below the line, as for Ctrl-C
+            error = full_disk_line(error, kept)
         rank = int(os.environ.get("RANK", "0"))
         if rank:
             # torchrun stops every process once one fails: if rank 0 fails too (a config error

@@ -36,7 +36,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from entrodrop.data.corpus import token_hash, token_hashes
-from entrodrop.errors import CacheMismatchError, MissingFileError
+from entrodrop.errors import CacheMismatchError, MissingFileError, naming_full_disk
 from entrodrop.temp_paths import temp_dir
 
 STORE_VERSION = 1
@@ -210,8 +210,13 @@ def _raise_if(problems: List[str], what: str, fix: str = "") -> None:
 
 def _write_json_atomic(path: Path, data: dict) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2))
-    os.replace(tmp, path)
+    with naming_full_disk(path):
+        try:
+            tmp.write_text(json.dumps(data, indent=2))
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # a part written; the old file stays whole
+            raise
+        os.replace(tmp, path)
 
 
 def _shard_name(shard: int) -> str:
@@ -304,9 +309,14 @@ class SampleStoreWriter:
                              f"match the shard's {len(self.shard_samples(shard))} samples")
         dtype = KINDS[self.kind][1]
         flat = np.concatenate(values).astype(dtype) if values else np.zeros(0, dtype)
-        tmp = temp_dir(self.dir, f".{_shard_name(shard)}.tmp-")  # the user's umask, not mkdtemp's 0700
-        np.save(tmp / f"{self.kind}.npy", flat)
-        np.save(tmp / SAMPLES, table)
+        with naming_full_disk(self.dir / _shard_name(shard)):
+            tmp = temp_dir(self.dir, f".{_shard_name(shard)}.tmp-")  # the user's umask, not mkdtemp's 0700
+            try:
+                np.save(tmp / f"{self.kind}.npy", flat)
+                np.save(tmp / SAMPLES, table)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)  # the room it took back at once (a rerun would remove it too)
+                raise
         if (self.dir / _shard_name(shard)).exists():  # a shard with a file missing or cut: written again whole
             shutil.rmtree(self.dir / _shard_name(shard))
         os.replace(tmp, self.dir / _shard_name(shard))
@@ -317,7 +327,8 @@ class SampleStoreWriter:
         if missing:
             raise RuntimeError(f"cannot finalize {self.dir}: shards {missing[:8]} are missing")
         table = np.concatenate([np.load(self.dir / _shard_name(s) / SAMPLES) for s in range(self.num_shards)])
-        np.save(self.dir / SAMPLES, table)
+        with naming_full_disk(self.dir / SAMPLES):  # read only once the manifest says complete, written after
+            np.save(self.dir / SAMPLES, table)
         sizes = {name: (self.dir / name).stat().st_size for name in _store_files(self.kind, self.num_shards)}
         manifest = {**self._manifest(complete=True), "num_tokens": int(table["length"].sum()), "file_sizes": sizes}
         _write_json_atomic(self.dir / MANIFEST, manifest)

@@ -31,7 +31,7 @@ from entrodrop.data.corpus import sample_pieces
 from entrodrop.data.sample_store import SampleStoreWriter, sample_table, shards_written, store_complete
 from entrodrop.data.selection import RowBudget, rows_within_budget
 from entrodrop.data.store_plans import StorePlan
-from entrodrop.errors import SourceError
+from entrodrop.errors import SourceError, naming_full_disk
 from entrodrop.temp_paths import temp_file
 
 PARTS = ".parts-"
@@ -57,9 +57,14 @@ def tokenize_block(tokenizer, rows: List, max_seq_len: int, long_samples: str) -
 
 
 def _write_part(path: Path, block: Dict[str, np.ndarray]) -> None:
-    fd, tmp = temp_file(path.parent, f".{path.name}.tmp-")  # the user's umask, not mkstemp's 0600
-    with os.fdopen(fd, "wb") as f:
-        np.savez(f, **block)
+    with naming_full_disk(path):
+        fd, tmp = temp_file(path.parent, f".{path.name}.tmp-")  # the user's umask, not mkstemp's 0600
+        try:
+            with os.fdopen(fd, "wb") as f:
+                np.savez(f, **block)
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # a part half written; the finished ones stay, and a rerun goes on from them
+            raise
     os.replace(tmp, path)
 
 

@@ -3,12 +3,18 @@
 target group's average among the most complete scores), and which records may be compared.
 """
 
+import fcntl
 import json
+import logging
 import math
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional, TypeVar
 
+from entrodrop.errors import DamagedLineError, naming_full_disk
 from entrodrop.method.dropout import AUTO_NOT_FIXED
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # The prompts of a record that does not say: lm-eval's plain text, no chat template.
 PLAIN_PROMPTS = {"apply_chat_template": False, "system_instruction": None, "enable_thinking": None}
@@ -43,10 +49,77 @@ def group_metrics(groups: Dict[str, List[str]], metrics: Dict[str, str]) -> Dict
     return {group: {t: metrics[t] for t in tasks} for group, tasks in groups.items() if tasks}
 
 
+def read_lines(path: Path, parse: Callable[[str], T], unterminated_is_cut: bool = False) -> List[T]:
+    """``parse`` of each line of ``path``, a file a run appends to a line at a time, each line ending
+    in a newline (``evals.jsonl``, torchtune's step log). A last line without its newline that
+    ``parse`` refuses (raises ``ValueError``) is a write that did not finish (a full disk, a killed
+    process): it is skipped, and a warning names it. With ``unterminated_is_cut``, so is one that
+    ``parse`` takes: a step log's value cut short is still a number, another one (a JSON record
+    cut short never parses).
+
+    Raises:
+        DamagedLineError: a line that ``parse`` refuses and that is not such a cut last line, named
+            by file and line. Writes end at the end of the file, so only the last line can be cut
+            short; a line before it that cannot be read was changed after it was written, and
+            skipping it would leave a record out without a word.
+    """
+    lines = path.read_text().split("\n")
+    unterminated = lines[-1] != ""
+    if not unterminated:
+        lines.pop()  # the "" after the final newline
+    parsed = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        cut = number == len(lines) and unterminated
+        try:
+            if cut and unterminated_is_cut:
+                raise ValueError("no newline")
+            parsed.append(parse(line))
+        except ValueError as error:
+            if cut:
+                log.warning(f"{path}, line {number}: cut short (a write that did not finish: a full disk, a killed "
+                            f"process), skipped: {line[:60]!r}")
+                continue
+            raise DamagedLineError(f"{path}, line {number} cannot be read ({error}), and it is not the last line, "
+                                   "the only one a write that did not finish leaves cut short: the line was damaged "
+                                   "after it was written (or a record was appended onto a cut one). Repair or delete "
+                                   "that line, then run again") from None
+    return parsed
+
+
 def read_evaluations(eval_dir) -> List[Dict]:
-    """The records of ``eval_dir/evals.jsonl``, oldest first (none when it does not exist)."""
+    """The records of ``eval_dir/evals.jsonl``, oldest first (none when it does not exist); a cut
+    last record skipped (``read_lines``)."""
     path = Path(eval_dir) / "evals.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    return read_lines(path, json.loads) if path.exists() else []
+
+
+def append_record(path: Path, record: Dict) -> None:
+    """Append ``record`` to ``path`` as one line, the line before it ended first.
+
+    A last record whose write did not finish (a full disk, a kill) holds nothing readable; left
+    there, the next record would be appended onto it (both unreadable), or, on a line of its own,
+    leave it in the middle of the file, where readers take it for damage (``read_lines``). So it is
+    cut off, as the temporary files of an unfinished save are removed, and a warning names it; a
+    last record whole but for its newline (a file edited by hand) gets one. The file is locked
+    meanwhile: an offline evaluation may record into a run's folder while the run does, and the
+    end of a record the other is writing is no cut one."""
+    with path.open("a+b") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)  # released as the file closes
+        f.seek(0)
+        data = f.read()
+        start = data.rfind(b"\n") + 1
+        if data[start:]:
+            try:
+                json.loads(data[start:])
+                f.write(b"\n")
+            except ValueError:
+                line = data.count(b"\n") + 1
+                log.warning(f"{path}, line {line}: a record cut short by a write that did not finish, removed "
+                            f"before the next is appended: {data[start:start + 60]!r}")
+                f.truncate(start)
+        f.write((json.dumps(record) + "\n").encode())
 
 
 def scored_alike(record: Dict, group: str):
@@ -136,8 +209,8 @@ def record_evaluation(eval_dir, record: Dict, target_group: str) -> Dict:
     that ``midpoint: auto`` fixed (``auto_midpoint``: target epoch, step, and the step that fixed it)."""
     eval_dir = Path(eval_dir)
     eval_dir.mkdir(parents=True, exist_ok=True)
-    with (eval_dir / "evals.jsonl").open("a") as f:
-        f.write(json.dumps(record) + "\n")
+    with naming_full_disk(eval_dir / "evals.jsonl"):
+        append_record(eval_dir / "evals.jsonl", record)
     records = read_evaluations(eval_dir)
     summary: Dict = {"evaluations": len(records)}
     with_loss = [r for r in records if "val_loss" in r]

@@ -105,14 +105,57 @@ def _run_dirs(cfg: DictConfig) -> Tuple[str, str, Optional[str]]:
 def find_earlier_run(cfg: DictConfig) -> List[str]:
     """A run with ``resume: False`` looks at its directories: what an earlier run left there
     (``earlier_run``), once it may go on. Raises ``OutputDirError`` (``refuse_earlier_run``) if
-    something is there and ``overwrite`` is False; reads, never writes, so that every process
-    can look and a refused run touches nothing.
+    something is there and ``overwrite`` is False, or ``refuse_moving_inputs`` if it is True; reads,
+    never writes, so that every process can look and a refused run touches nothing.
     """
     output_dir, checkpoints, log_dir = _run_dirs(cfg)
     found = earlier_run(checkpoints, log_dir or "", Path(output_dir) / "eval")
     if not cfg.overwrite:
         refuse_earlier_run(output_dir, found, resumable(checkpoints))
+    elif found:
+        refuse_moving_inputs(cfg)
     return found
+
+
+def refuse_moving_inputs(cfg: DictConfig) -> None:
+    """Raise before ``overwrite=True`` moves a folder aside (``clear_earlier_run``) that is, or holds,
+    something the run reads: a token store, an entropy cache, the base checkpoint, tokenizer files
+    (any config value naming an existing path, but the run's own output folders). Moved, the run
+    fails on it, and the message it fails with says to write the store again, hours of tokenizing
+    that one ``mv`` undoes."""
+    values = dict(_leaves(plain(cfg)))
+    outputs = ("output_dir", "checkpointer.output_dir", "metric_logger.log_dir")  # what move_aside moves
+    folders = [(key, Path(os.path.abspath(values[key]))) for key in outputs if _existing(values.get(key))]
+    folders += [(key, path.resolve()) for key, path in folders]
+    inside = []
+    for key, value in values.items():
+        if key in outputs or not _existing(value):
+            continue
+        # Both spellings: a symlink inside the folder moves with it, a folder reached through one does too.
+        spelt = (Path(os.path.abspath(value)), Path(value).resolve())
+        folder = next((f for f, path in folders if any(p.is_relative_to(path) for p in spelt)), None)
+        if folder:
+            inside.append(f"{key}={value} is inside {folder}={values[folder]}")
+    if inside:
+        raise OutputDirError(f"overwrite=True would move the earlier run aside, and with it what this run reads: "
+                             f"{'; '.join(inside)}. Nothing was moved: give this run another output_dir, one that "
+                             "holds none of its inputs")
+
+
+def _leaves(tree: Any, prefix: str = "") -> List[Tuple[str, Any]]:
+    """``(dotted key, value)`` of every value in a plain config, lists included (``a.0``)."""
+    items = tree.items() if isinstance(tree, Mapping) else enumerate(tree) if isinstance(tree, list) else None
+    if items is None:
+        return [(prefix[:-1], tree)]
+    return [leaf for key, value in items for leaf in _leaves(value, f"{prefix}{key}.")]
+
+
+def _existing(value: Any) -> bool:
+    """Whether ``value`` is text that names an existing file or folder."""
+    try:
+        return isinstance(value, str) and bool(value) and Path(value).exists()
+    except (OSError, ValueError):  # a name too long, a NUL: text, not a path
+        return False
 
 
 def clear_earlier_run(cfg: DictConfig, found: List[str]) -> List[str]:

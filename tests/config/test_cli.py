@@ -2,6 +2,7 @@
 fix prints its message alone, once, from rank 0; any other error keeps its traceback. Ctrl-C prints one
 line, what the recipe kept, and exits with status 130."""
 
+import errno
 import io
 import signal
 
@@ -161,3 +162,29 @@ def test_a_recipe_says_from_its_config_what_ctrl_c_kept(tmp_path, monkeypatch, c
         recipe_main()
     assert exit.value.code == 130
     assert capsys.readouterr().err == "interrupted (Ctrl-C): the shards in out/entropy are kept\n"
+
+
+def test_a_full_disk_anywhere_is_one_line_naming_the_path_and_how_to_go_on(capsys, monkeypatch, tmp_path):
+    monkeypatch.delenv(cli.DEBUG_ENV, raising=False)
+    monkeypatch.delenv("RANK", raising=False)
+    for error, where in [(OSError(errno.EDQUOT, "Disk quota exceeded", str(tmp_path / "a" / "b.json")),
+                          f"disk quota exceeded writing {tmp_path / 'a' / 'b.json'} ("),
+                         (OSError(errno.ENOSPC, "No space left on device"),  # a write() names no path
+                          "no space left on device (the path being written is not known): "),
+                         (OSError("5985 requested and 4064 written"),  # numpy's short write: no errno
+                          "no space left on device, or the disk quota exceeded (the path being written")]:
+        with pytest.raises(SystemExit) as exit, cli.reported(lambda: "the shards written are kept; run the same "
+                                                                     "command again to compute the others"):
+            raise error
+        err = capsys.readouterr().err
+        assert exit.value.code == 1 and "Traceback" not in err and len(err.splitlines()) == 2
+        assert err.startswith(where), err
+        assert err.splitlines()[0].endswith("free some space; the shards written are kept; run the same command "
+                                            "again to compute the others")
+    with pytest.raises(SystemExit), cli.reported():  # a recipe that says nothing of what it kept
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path))
+    assert capsys.readouterr().err.splitlines()[0].endswith("free there now): free some space; then run the same "
+                                                            "command again")
+    with pytest.raises(PermissionError):  # any other OSError keeps its traceback
+        with cli.reported():
+            raise PermissionError(errno.EACCES, "Permission denied", str(tmp_path))

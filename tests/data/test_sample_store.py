@@ -19,7 +19,7 @@ from entrodrop.data.corpus import read_corpus, read_texts, token_hash, tokenize_
 from entrodrop.data.fingerprints import fingerprint_checkpoint, store_key
 from entrodrop.data.sample_store import SampleStore, SampleStoreWriter, sample_table, shards_written, write_store
 from entrodrop.data.store_plans import jsonl_description
-from entrodrop.errors import CacheMismatchError, CorpusError, MissingFileError
+from entrodrop.errors import CacheMismatchError, CorpusError, DiskFullError, MissingFileError
 from entrodrop.method.entropy import sample_entropies
 from entrodrop.models.qwen3._model_builders import qwen3_tokenizer
 
@@ -461,3 +461,31 @@ def test_store_shards_and_parts_are_readable_by_others_as_the_umask_allows(tmp_p
     shard = tmp_path / "store" / "shard-00000"
     assert oct(shard.stat().st_mode & 0o777) == oct(0o755)  # tempfile.mkdtemp made it 0700
     assert oct((tmp_path / "block-000000.npz").stat().st_mode & 0o777) == oct(0o644)  # mkstemp: 0600
+
+
+def test_a_shard_that_finds_the_disk_full_names_the_shard_and_the_same_writer_goes_on(tmp_path, monkeypatch):
+    key = {"model": "m", "tokenizer": "t", "corpus": "c", "max_seq_len": 8}
+    values = [np.full(3, i, np.float16) for i in range(4)]
+    table = sample_table([[i] * 3 for i in range(4)])
+    writer = SampleStoreWriter(str(tmp_path / "cache"), "entropy", key, 4, samples_per_shard=2, create=True)
+    writer.write_shard(0, values[:2], table[:2])
+    real_save = np.save
+
+    def save_until_full(path, array):  # the shard's values fit, its table does not
+        if Path(path).name == "samples.npy":
+            Path(path).write_bytes(b"\x93NUMPY")
+            raise OSError("5985 requested and 4064 written")  # what np.save says of a short write
+        real_save(path, array)
+
+    monkeypatch.setattr(np, "save", save_until_full)
+    with pytest.raises(DiskFullError) as error:
+        writer.write_shard(1, values[2:], table[2:])
+    assert str(error.value).startswith(f"no space left on device, or the disk quota exceeded writing "
+                                       f"{tmp_path / 'cache' / 'shard-00001'} (")
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == ["manifest.json", "shard-00000"]  # no scratch
+    monkeypatch.setattr(np, "save", real_save)  # space freed: the same command computes the shard left
+    writer = SampleStoreWriter(str(tmp_path / "cache"), "entropy", key, 4, samples_per_shard=2, create=True)
+    assert writer.pending_shards() == [1]
+    writer.write_shard(1, values[2:], table[2:])
+    writer.finalize()
+    assert np.array_equal(SampleStore(str(tmp_path / "cache"), "entropy")[3], values[3])

@@ -5,12 +5,14 @@ import json
 
 import pytest
 
+from entrodrop.errors import DamagedLineError
 from entrodrop.eval.records import (
     PLAIN_PROMPTS,
     already_scored,
     group_scores,
     metric_fields,
     most_complete,
+    read_evaluations,
     record_evaluation,
     task_score,
 )
@@ -105,3 +107,33 @@ def test_metric_fields_flatten_a_record_and_mark_j0_at_the_evaluation_that_fixed
     not_fixed = {"step": 3, "target_epoch": 0.25, "val_loss": {"all": 3.0}, "auto_midpoint": None}
     assert metric_fields(not_fixed) == {"val_loss_all": 3.0}
     assert metric_fields({"step": 3, "target_epoch": 0.25, "groups": {"code": 0.5}}) == {"code_average": 0.5}
+
+
+def record(step: int, loss: float) -> dict:
+    return {"step": step, "target_epoch": step / 10, "checkpoint": f"step_{step}",
+            "val_loss": {"all": loss, "low": loss, "high": loss}}
+
+
+def test_a_cut_last_record_is_skipped_and_named_and_the_next_one_starts_on_its_own_line(tmp_path, caplog):
+    evals = tmp_path / "evals.jsonl"
+    evals.write_text(json.dumps(record(10, 2.0)) + "\n" + json.dumps(record(20, 1.5))[:40])  # a full disk cut it
+    assert read_evaluations(tmp_path) == [record(10, 2.0)]
+    assert f"{evals}, line 2: cut short" in caplog.text
+    # A resumed run records its next evaluation: on a line of its own, so it and the summary stay readable.
+    summary = record_evaluation(tmp_path, record(30, 1.8), "code")
+    assert read_evaluations(tmp_path) == [record(10, 2.0), record(30, 1.8)]
+    assert (summary["evaluations"], summary["min_val_loss"]) == (2, 1.8)
+    assert json.loads((tmp_path / "summary.json").read_text()) == summary
+    assert f"{evals}, line 2: a record cut short by a write that did not finish, removed" in caplog.text
+    # a whole last record whose newline is missing (a file edited by hand) is kept, and ended
+    evals.write_text(json.dumps(record(10, 2.0)))
+    record_evaluation(tmp_path, record(20, 1.5), "code")
+    assert read_evaluations(tmp_path) == [record(10, 2.0), record(20, 1.5)]
+
+
+def test_a_line_that_cannot_be_read_before_the_last_is_named_as_damage(tmp_path):
+    (tmp_path / "evals.jsonl").write_text(json.dumps(record(10, 2.0)) + "\n{\"step\": 20, \"tar\n"
+                                          + json.dumps(record(30, 1.8)) + "\n")
+    with pytest.raises(DamagedLineError, match=rf"^{tmp_path / 'evals.jsonl'}, line 2 cannot be read \(Unterminated "
+                                               r"string .*\), and it is not the last line.*Repair or delete that line"):
+        read_evaluations(tmp_path)

@@ -450,3 +450,24 @@ def test_resume_compares_what_the_stores_are_not_where_they_are(tiny_assets, tmp
 
 def state_stores(checkpoint: Path) -> dict:
     return torch.load(checkpoint / RECIPE_STATE_FNAME, weights_only=False)["stores"]
+
+
+def test_overwrite_refuses_to_move_aside_a_folder_that_holds_what_the_run_reads(tmp_path):
+    run, checkpoints = tmp_path / "run", tmp_path / "checkpoints"
+    (run / "tokens" / "target").mkdir(parents=True)  # a store tokenized into the run's folder
+    cfg = training_cfg(run, overwrite=True, **{"data.target_tokens": str(run / "tokens" / "target"),
+                                               "checkpointer.output_dir": str(checkpoints)})
+    base = save_state(cfg, 4)  # an earlier run's checkpoint, now the base model of this one
+    cfg.checkpointer.checkpoint_dir = str(base)
+    before = files_of(tmp_path)
+    with pytest.raises(OutputDirError) as error:
+        find_earlier_run(cfg)
+    assert str(error.value) == (
+        f"overwrite=True would move the earlier run aside, and with it what this run reads: checkpointer.checkpoint_dir="
+        f"{base} is inside checkpointer.output_dir={checkpoints}; data.target_tokens={run / 'tokens' / 'target'} is "
+        f"inside output_dir={run}. Nothing was moved: give this run another output_dir, one that holds none of its "
+        "inputs")
+    assert files_of(tmp_path) == before and sorted(p.name for p in tmp_path.iterdir()) == ["checkpoints", "run"]
+    cfg.checkpointer.checkpoint_dir = str(REPO / "assets" / "tiny" / "qwen3")
+    cfg.data.target_tokens = str(tmp_path / "elsewhere")  # inputs outside what moves: it moves
+    assert len(find_earlier_run(cfg)) == 1
