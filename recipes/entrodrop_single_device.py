@@ -53,7 +53,7 @@ from entrodrop.train.run_dir import (
     rng_state,
     set_rng_state,
 )
-from entrodrop.train.run_lock import hold_run_dir
+from entrodrop.train.run_lock import hold_run_dirs
 from entrodrop.train.token_dropout import TokenDropoutRun
 
 log = utils.get_logger("INFO")
@@ -93,7 +93,7 @@ class EntroDropRecipeSingleDevice:
 
     def setup(self, cfg: DictConfig) -> bool:
         """Everything before the first step; False when a resumed run is already complete."""
-        self._run_lock = hold_run_dir(cfg.output_dir)  # kept to the end: one live run per output_dir
+        self._run_lock = hold_run_dirs(cfg)  # kept to the end: one live run per output, checkpoint and log dir
         state, resume_dir = self._setup_output_dir(cfg)
         self._setup_tasks(cfg)
         self._setup_data(cfg)
