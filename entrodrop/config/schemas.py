@@ -430,7 +430,8 @@ def _one_process_backend(cfg: DictConfig) -> List[str]:
 
 
 EVALUATE_RULES: List[Rule] = [
-    (["output_dir"], lambda cfg: _writable_dir("output_dir", cfg.output_dir)),
+    # eval_dir is all it writes: output_dir only names the run whose checkpoints it reads.
+    (["eval_dir"], lambda cfg: _writable_dir("eval_dir", cfg.eval_dir)),
     (["evaluation.validation.target_tokens", "evaluation.validation.target_entropy"], _validation_pair),
     (["evaluation.validation.target_tokens", "evaluation.lm_eval.tasks"], _something_to_score),
     (["backend"], _one_process_backend),

@@ -294,3 +294,14 @@ def test_a_config_that_is_empty_or_a_list_is_one_problem_not_every_key_missing(c
     with pytest.raises(ConfigError) as e:
         schemas.check(cfg, schemas.TRAINING, schemas.TRAINING_RULES, "EntroDrop")
     assert str(e.value) == f"invalid EntroDrop config (1 problem):\n  {says}"
+
+
+def test_evaluate_checks_the_eval_dir_it_writes_not_the_output_dir_it_reads(tmp_path):
+    cfg = OmegaConf.load(TINY_EVALUATE)
+    cfg.output_dir = "/proc/sys/entrodrop_run"  # read only: its checkpoints are read, nothing is written there
+    cfg.eval_dir = str(tmp_path / "eval")
+    assert schemas.check_rules(cfg, schemas.EVALUATE_RULES[:1], []) == []
+    cfg.eval_dir = "/proc/sys/entrodrop_eval"
+    (problem,) = schemas.check_rules(cfg, schemas.EVALUATE_RULES[:1], [])
+    assert problem.startswith("eval_dir=/proc/sys/entrodrop_eval: /proc/sys cannot be written (")
+    assert problem.endswith("): choose another eval_dir")
