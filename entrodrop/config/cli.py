@@ -157,7 +157,7 @@ def read_config(parser: TuneRecipeArgumentParser) -> DictConfig:
     reads it, with ``key={}`` an empty mapping (``emptied``).
 
     Raises:
-        ConfigError: a config file that does not exist, is not valid YAML (its file, line and
+        ConfigError: a config file that does not exist or is a directory, is not valid YAML (its file, line and
             column) or holds no mapping of names (empty, a list: ``whole_config_problem``), or an
             override that is not ``key=value`` or whose value is not valid YAML.
     """
@@ -165,6 +165,8 @@ def read_config(parser: TuneRecipeArgumentParser) -> DictConfig:
         yaml_args, cli_args = parser.parse_known_args()
     except FileNotFoundError as e:
         raise ConfigError(f"--config {e.filename}: no such file") from None
+    except IsADirectoryError as e:
+        raise ConfigError(f"--config {e.filename} is a directory: name a YAML config file in it") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         tab = "; YAML indents with spaces, never a tab" if _tab_at(mark) else ""

@@ -127,6 +127,7 @@ def test_read_config_errors_are_config_errors(tmp_path, monkeypatch):
     (tmp_path / "ok.yaml").write_text("a: 1\n")
     (tmp_path / "control.yaml").write_text("a: \"\x01\"\n")  # PyYAML's ReaderError: no line and column, a file name
     for argv, says in [(["--config", str(tmp_path / "none.yaml")], f"--config {tmp_path / 'none.yaml'}: no such file"),
+                       (["--config", str(tmp_path)], f"--config {tmp_path} is a directory: name a YAML config file in it"),
                        (["--config", str(tmp_path / "control.yaml")],
                         f"--config {tmp_path / 'control.yaml'} is not valid YAML: unacceptable character #x0001"),
                        (["--config", str(tmp_path / "ok.yaml"), "a=[1"], "the command-line value 'a=[1' is not valid"),
