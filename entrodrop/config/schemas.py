@@ -29,6 +29,7 @@ from entrodrop.config.check import (
     one_of,
     optional,
     positive_number,
+    relative_paths_note,
     string,
     whole_config_problem,
 )
@@ -621,5 +622,6 @@ def check(cfg: DictConfig, schema: dict, rules: List[Rule], what: str) -> None:
     if whole:
         raise_problems([whole], what)
     problems = check_config(cfg, schema, renamed=RENAMED)
-    raise_problems(problems + check_rules(cfg, rules, problems), what)
+    problems += check_rules(cfg, rules, problems)
+    raise_problems(problems, what, relative_paths_note(problems))
 
