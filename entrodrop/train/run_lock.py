@@ -2,12 +2,9 @@
 
 Two runs writing into one ``output_dir`` (a ``resume=True`` started while the run it resumes
 still trains) write two logs, the same checkpoints, and evaluations out of order. So a run
-takes ``output_dir/.run.lock`` with ``flock`` before it looks at the directory
+takes ``output_dir/.run.lock`` (``entrodrop.dir_lock``) before it looks at the directory
 (``entrodrop.train.run_dir``), and a second run is refused with one line naming the process
-and host that hold it. The kernel releases a ``flock`` when its holder dies, however it died:
-a lock file that a killed run left behind is held by no one and is taken over silently, so it
-is never stale as a PID file would be. The file holds the holder's PID, host and start time,
-for the message only.
+and host that hold it.
 
 A run also writes where its config says outside ``output_dir``: its checkpoints
 (``checkpointer.output_dir``) and its logs (``metric_logger.log_dir``). Two runs with two
@@ -18,20 +15,16 @@ The lock is no earlier run (``run_dir.earlier_run`` ignores it), and ``overwrite
 earlier run aside around it (``run_dir.move_aside``), so the run keeps holding it.
 """
 
-import fcntl
-import json
-import os
-import socket
-import time
 from contextlib import ExitStack
 from pathlib import Path
-from typing import IO, List, Mapping, Optional, Tuple
+from typing import List, Mapping, Optional, Tuple
 
 from omegaconf import DictConfig
 
+from entrodrop.dir_lock import LOCK_NAME, take_dir_lock
 from entrodrop.errors import OutputDirError
 
-LOCK_NAME = ".run.lock"
+__all__ = ["LOCK_NAME", "hold_run_dir", "hold_run_dirs"]
 
 
 def hold_run_dirs(cfg: DictConfig, rank: int = 0, distributed: bool = False) -> Optional[ExitStack]:
@@ -89,35 +82,5 @@ def _take_all(dirs: List[Tuple[str, Path]]) -> ExitStack:
     """Every lock of ``dirs``, or none: one that another run holds releases those taken before it."""
     with ExitStack() as stack:
         for key, directory in dirs:
-            stack.enter_context(_take(directory, key))
+            stack.enter_context(take_dir_lock(directory, key))
         return stack.pop_all()
-
-
-def _take(directory: Path, key: str) -> IO[str]:
-    """The lock file of ``directory`` (the config's ``key``), locked, with this process named in it."""
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / LOCK_NAME
-    lock = open(path, "a+")  # created if absent, never emptied before it is held
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock.seek(0)
-        holder = _holder(lock.read())
-        lock.close()
-        raise OutputDirError(f"{key}={directory} is in use by another run: {holder}, holds {path}. Wait for it "
-                             f"to end, or stop it, or write elsewhere with another {key}") from None
-    lock.truncate(0)
-    lock.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                           "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}) + "\n")
-    lock.flush()
-    return lock
-
-
-def _holder(text: str) -> str:
-    """Who holds a lock, from its file: ``PID <pid> on host <host>, started <time>``. A run that
-    has just taken it may not have named itself yet."""
-    try:
-        holder = json.loads(text)
-        return f"PID {holder['pid']} on host {holder['host']}, started {holder['started']}"
-    except (ValueError, KeyError, TypeError):
-        return "a run that is starting (it has not written its PID yet)"
