@@ -42,6 +42,7 @@ from entrodrop.method.dropout import add_hidden_dropout
 from entrodrop.method.entropy import check_cache_model
 from entrodrop.train.activations import checkpoint_layers
 from entrodrop.train.cadence import crossed_multiple, evaluation_due
+from entrodrop.train.parallel import check_single_process
 from entrodrop.train.run_dir import (
     clear_earlier_run,
     find_earlier_run,
@@ -70,6 +71,7 @@ class EntroDropRecipeSingleDevice:
     """
 
     def __init__(self, cfg: DictConfig) -> None:
+        check_single_process("recipes/entrodrop_single_device.py")  # not as one of torchrun's N processes
         schemas.check(cfg, schemas.TRAINING, schemas.TRAINING_RULES, "EntroDrop")
         self._device = devices.get_device(cfg.device)  # refuses a device torch cannot use
         self._dtype = training.get_dtype(cfg.dtype, device=self._device)
