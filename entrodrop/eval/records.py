@@ -5,10 +5,12 @@ target group's average among the most complete scores), and which records may be
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Dict, List, Optional
 
 from entrodrop.method.dropout import AUTO_NOT_FIXED
+from entrodrop.temp_paths import temp_file
 
 # The prompts of a record that does not say: lm-eval's plain text, no chat template.
 PLAIN_PROMPTS = {"apply_chat_template": False, "system_instruction": None, "enable_thinking": None}
@@ -159,7 +161,10 @@ def record_evaluation(eval_dir, record: Dict, target_group: str) -> Dict:
                                       "target_epoch": best["target_epoch"], "path": best["checkpoint"]}
         if scored:  # what the average is made of: the tasks, their metrics and the documents each
             summary["best_checkpoint"].update(limit=best.get("limit"), metrics=best.get("metrics", {}).get(target_group))
-    partial = eval_dir / "summary.json.partial"  # replaced whole, never left half-written
-    partial.write_text(json.dumps(summary, indent=2))
-    partial.replace(eval_dir / "summary.json")
+    # Replaced whole, never left half-written; through a name of its own, as other processes (an
+    # offline evaluation beside the run) may record into the same eval_dir at the same time.
+    fd, partial = temp_file(eval_dir, ".summary.json.tmp-")
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(summary, indent=2))
+    os.replace(partial, eval_dir / "summary.json")
     return summary
