@@ -12,8 +12,8 @@ changes:
   or a list, not a mapping of names (``read_config``).
 - An error a user can fix (``entrodrop.errors.EntroDropError``: a config value, a store or
   cache, the output directory, a checkpoint) prints its message alone and exits with status 1;
-  in an N-process run, rank 0 alone prints it (torchrun's own report of the failed processes
-  follows). ``ENTRODROP_DEBUG=1`` shows the traceback.
+  in an N-process run, rank 0 alone prints it, and torchrun's launcher prints it again last, in
+  place of its report of the failed processes (``entrodrop.config.tune_run``). ``ENTRODROP_DEBUG=1`` shows the traceback.
   Any other exception is a bug and keeps its traceback.
 - Ctrl-C prints one line, from rank 0, in place of the ``KeyboardInterrupt`` traceback: what the
   run kept and how to go on, as the recipe says (``parse(kept=...)``), and exits with status 130
@@ -45,7 +45,7 @@ from torchtune.config._utils import _merge_yaml_and_cli_args
 from tqdm import tqdm
 
 from entrodrop.config.check import whole_config_problem
-from entrodrop.config.tune_run import DEBUG_ENV, INTERRUPTED, INTERRUPTED_EXIT, debugging
+from entrodrop.config.tune_run import DEBUG_ENV, INTERRUPTED, INTERRUPTED_EXIT, debugging, write_error_file
 from entrodrop.errors import ConfigError, EntroDropError
 from entrodrop.launch import end_with_launcher
 
@@ -106,6 +106,7 @@ def reported(kept: Callable[[], Optional[str]] = lambda: None) -> Iterator[None]
             time.sleep(RANK_ZERO_GRACE_S)
         print(f"{f'[rank {rank}] ' if rank else ''}{error}\n(exit status 1; {DEBUG_ENV}=1 shows the traceback)",
               file=sys.stderr, flush=True)
+        write_error_file(str(error))  # torchrun's launcher repeats it, last (entrodrop.config.tune_run)
         sys.exit(1)
 
 
