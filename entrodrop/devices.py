@@ -33,8 +33,8 @@ def torch_sees() -> str:
 
 def device_problem(name: str, local_rank: int = 0, local_world_size: int = 1) -> str:
     """Why the device ``name`` cannot be used by the process of local rank ``local_rank`` of
-    ``local_world_size`` on this machine; empty when it can. Only CUDA is checked beyond the name:
-    torchtune checks the others (``get_device``).
+    ``local_world_size`` on this machine; empty when it can. CUDA and the CPU are the devices the
+    recipes run on; any other (``mps``, ``meta``, ...) is refused by its name.
 
     Example:
         >>> device_problem("cpu"), device_problem("gpu")[:33]
@@ -44,8 +44,12 @@ def device_problem(name: str, local_rank: int = 0, local_world_size: int = 1) ->
         device = torch.device(name)
     except (RuntimeError, TypeError) as error:
         return f"device={name} is not a torch device: {error}; use cuda, cuda:<index> or cpu"
-    if device.type != "cuda":
+    if device.type == "cpu":
         return ""
+    if device.type != "cuda":
+        # The recipes' dtypes, kernels, memory and process groups are those of CUDA and the CPU; the
+        # meta device holds shapes and no values, so a run on it fails once the model is built.
+        return f"device={name}: EntroDrop runs on cuda, cuda:<index> or cpu, not on {device.type}: use one of those"
     if not torch.cuda.is_available():
         if torch.version.cuda is None:
             fix = "install a CUDA build of torch (pytorch.org's selector gives the command for your driver)"

@@ -14,7 +14,7 @@ import re
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, List, Optional
+from typing import Callable, Iterator, List, Optional, Sequence
 
 
 class EntroDropError(Exception):
@@ -25,11 +25,13 @@ class ConfigError(EntroDropError, ValueError):
     """A config with missing, unknown or invalid keys; the message lists all of them."""
 
 
-def raise_problems(problems: List[str], what: str) -> None:
-    """One ``ConfigError`` that lists every problem, or nothing."""
+def raise_problems(problems: List[str], what: str, notes: Sequence[str] = ()) -> None:
+    """One ``ConfigError`` that lists every problem, then ``notes`` (what explains several of
+    them), or nothing."""
     if problems:
         count = f"{len(problems)} problem{'s' * (len(problems) > 1)}"
-        raise ConfigError(f"invalid {what} config ({count}):\n  " + "\n  ".join(problems))
+        raise ConfigError(f"invalid {what} config ({count}):\n  " + "\n  ".join(problems)
+                          + "".join(f"\n{note}" for note in notes))
 
 
 class CorpusError(EntroDropError, ValueError):

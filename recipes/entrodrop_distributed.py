@@ -60,7 +60,7 @@ from entrodrop.train.run_dir import (
     rng_state,
     set_rng_state,
 )
-from entrodrop.train.run_lock import hold_run_dir
+from entrodrop.train.run_lock import hold_run_dirs
 from entrodrop.train.token_dropout import TokenDropoutRun
 
 log = utils.get_logger("INFO")
@@ -105,7 +105,7 @@ class EntroDropRecipeDistributed:
 
     def setup(self, cfg: DictConfig) -> bool:
         """Everything before the first step; False when a resumed run is already complete."""
-        self._run_lock = hold_run_dir(cfg.output_dir, self._rank, distributed=True)  # rank 0 holds it for all
+        self._run_lock = hold_run_dirs(cfg, self._rank, distributed=True)  # rank 0 holds them for all
         state, resume_dir = self._setup_output_dir(cfg)
         self._setup_tasks(cfg)
         self._setup_data(cfg)

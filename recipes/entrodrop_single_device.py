@@ -43,6 +43,7 @@ from entrodrop.method.dropout import add_hidden_dropout
 from entrodrop.method.entropy import check_cache_model
 from entrodrop.train.activations import checkpoint_layers
 from entrodrop.train.cadence import crossed_multiple, evaluation_due
+from entrodrop.train.parallel import check_single_process
 from entrodrop.train.run_dir import (
     clear_earlier_run,
     find_earlier_run,
@@ -54,7 +55,7 @@ from entrodrop.train.run_dir import (
     rng_state,
     set_rng_state,
 )
-from entrodrop.train.run_lock import hold_run_dir
+from entrodrop.train.run_lock import hold_run_dirs
 from entrodrop.train.token_dropout import TokenDropoutRun
 
 log = utils.get_logger("INFO")
@@ -71,6 +72,7 @@ class EntroDropRecipeSingleDevice:
     """
 
     def __init__(self, cfg: DictConfig) -> None:
+        check_single_process("recipes/entrodrop_single_device.py")  # not as one of torchrun's N processes
         schemas.check(cfg, schemas.TRAINING, schemas.TRAINING_RULES, "EntroDrop")
         self._device = devices.get_device(cfg.device)  # refuses a device torch cannot use
         self._dtype = training.get_dtype(cfg.dtype, device=self._device)
@@ -94,7 +96,7 @@ class EntroDropRecipeSingleDevice:
 
     def setup(self, cfg: DictConfig) -> bool:
         """Everything before the first step; False when a resumed run is already complete."""
-        self._run_lock = hold_run_dir(cfg.output_dir)  # kept to the end: one live run per output_dir
+        self._run_lock = hold_run_dirs(cfg)  # kept to the end: one live run per output, checkpoint and log dir
         state, resume_dir = self._setup_output_dir(cfg)
         self._setup_tasks(cfg)
         self._setup_data(cfg)

@@ -58,3 +58,11 @@ def test_the_process_group_backend_needs_nccl_for_cuda(monkeypatch):
         devices.process_group_backend(torch.device("cuda:0"))
     monkeypatch.setattr(torch.distributed, "is_nccl_available", lambda: True)
     assert devices.process_group_backend(torch.device("cuda:0")) == "cuda:nccl,cpu:gloo"
+
+
+@pytest.mark.parametrize("name", ["mps", "meta", "xpu:0"])
+def test_a_device_the_recipes_do_not_run_on_is_refused_by_its_name_before_anything_loads(name):
+    with pytest.raises(DeviceError) as error:
+        devices.get_device(name)
+    kind = name.split(":")[0]
+    assert str(error.value) == f"device={name}: EntroDrop runs on cuda, cuda:<index> or cpu, not on {kind}: use one of those"

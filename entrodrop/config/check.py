@@ -19,6 +19,8 @@ Example:
 
 import difflib
 import inspect
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, List, Mapping, Optional, Sequence
@@ -95,6 +97,27 @@ def existing_dir(what: str, marker: str, how: str) -> Check:
             return "must be a path"
         return None if (Path(value) / marker).is_file() else f"holds no {what} ({marker} missing): {how}"
     return check
+
+
+# A problem with a path that is not there, as the checks here and the schemas' rules word it.
+_MISSING_PATH = re.compile(r"[\w.]+=(\S+) (holds no|does not exist|is not a directory)")
+
+
+def relative_paths_note(problems: Sequence[str]) -> List[str]:
+    """One line when a path of ``problems`` that is not there is relative: relative paths are
+    read from the working directory, which it names. The shipped configs' paths are relative to
+    the repository root, so a run started in another folder finds none of its stores.
+
+    Example:
+        >>> relative_paths_note(["data.target_tokens=/data/target holds no store (manifest.json missing)"])
+        []
+    """
+    relative = [m.group(1) for m in map(_MISSING_PATH.match, problems) if m and not os.path.isabs(m.group(1))]
+    if not relative:
+        return []
+    return [f"Relative paths (such as {relative[0]}) are read from the working directory, {os.getcwd()}: run from "
+            "the folder they are relative to (the repository root for the configs under configs/), or give "
+            "absolute paths"]
 
 
 def mapping(check: Check) -> Check:

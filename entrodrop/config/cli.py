@@ -12,9 +12,10 @@ changes:
   or a list, not a mapping of names (``read_config``).
 - An error a user can fix (``entrodrop.errors.EntroDropError``: a config value, a store or
   cache, the output directory, a checkpoint) prints its message alone and exits with status 1;
-  in an N-process run, rank 0 alone prints it (torchrun's own report of the failed processes
-  follows). So is a write the disk refused for want of room (``full_disk_line``): the path, the
-  room left there, and how the same command goes on. ``ENTRODROP_DEBUG=1`` shows the traceback.
+  in an N-process run, rank 0 alone prints it, and torchrun's launcher prints it again last, in
+  place of its report of the failed processes (``entrodrop.config.tune_run``). So is a write the
+  disk refused for want of room (``full_disk_line``): the path, the room left there, and how the
+  same command goes on. ``ENTRODROP_DEBUG=1`` shows the traceback.
   Any other exception is a bug and keeps its traceback.
 - Ctrl-C prints one line, from rank 0, in place of the ``KeyboardInterrupt`` traceback: what the
   run kept and how to go on, as the recipe says (``parse(kept=...)``), and exits with status 130
@@ -46,7 +47,7 @@ from torchtune.config._utils import _merge_yaml_and_cli_args
 from tqdm import tqdm
 
 from entrodrop.config.check import whole_config_problem
-from entrodrop.config.tune_run import DEBUG_ENV, INTERRUPTED, INTERRUPTED_EXIT, debugging
+from entrodrop.config.tune_run import DEBUG_ENV, INTERRUPTED, INTERRUPTED_EXIT, debugging, write_error_file
 from entrodrop.errors import ConfigError, DiskFullError, EntroDropError, disk_full
 from entrodrop.launch import end_with_launcher
 
@@ -126,6 +127,7 @@ def reported(kept: Callable[[], Optional[str]] = lambda: None) -> Iterator[None]
             time.sleep(RANK_ZERO_GRACE_S)
         print(f"{f'[rank {rank}] ' if rank else ''}{error}\n(exit status 1; {DEBUG_ENV}=1 shows the traceback)",
               file=sys.stderr, flush=True)
+        write_error_file(str(error))  # torchrun's launcher repeats it, last (entrodrop.config.tune_run)
         sys.exit(1)
 
 
@@ -177,7 +179,7 @@ def read_config(parser: TuneRecipeArgumentParser) -> DictConfig:
     reads it, with ``key={}`` an empty mapping (``emptied``).
 
     Raises:
-        ConfigError: a config file that does not exist, is not valid YAML (its file, line and
+        ConfigError: a config file that does not exist or is a directory, is not valid YAML (its file, line and
             column) or holds no mapping of names (empty, a list: ``whole_config_problem``), or an
             override that is not ``key=value`` or whose value is not valid YAML.
     """
@@ -185,6 +187,8 @@ def read_config(parser: TuneRecipeArgumentParser) -> DictConfig:
         yaml_args, cli_args = parser.parse_known_args()
     except FileNotFoundError as e:
         raise ConfigError(f"--config {e.filename}: no such file") from None
+    except IsADirectoryError as e:
+        raise ConfigError(f"--config {e.filename} is a directory: name a YAML config file in it") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         tab = "; YAML indents with spaces, never a tab" if _tab_at(mark) else ""

@@ -29,6 +29,7 @@ from entrodrop.config.check import (
     one_of,
     optional,
     positive_number,
+    relative_paths_note,
     string,
     whole_config_problem,
 )
@@ -430,7 +431,8 @@ def _one_process_backend(cfg: DictConfig) -> List[str]:
 
 
 EVALUATE_RULES: List[Rule] = [
-    (["output_dir"], lambda cfg: _writable_dir("output_dir", cfg.output_dir)),
+    # eval_dir is all it writes: output_dir only names the run whose checkpoints it reads.
+    (["eval_dir"], lambda cfg: _writable_dir("eval_dir", cfg.eval_dir)),
     (["evaluation.validation.target_tokens", "evaluation.validation.target_entropy"], _validation_pair),
     (["evaluation.validation.target_tokens", "evaluation.lm_eval.tasks"], _something_to_score),
     (["backend"], _one_process_backend),
@@ -620,5 +622,6 @@ def check(cfg: DictConfig, schema: dict, rules: List[Rule], what: str) -> None:
     if whole:
         raise_problems([whole], what)
     problems = check_config(cfg, schema, renamed=RENAMED)
-    raise_problems(problems + check_rules(cfg, rules, problems), what)
+    problems += check_rules(cfg, rules, problems)
+    raise_problems(problems, what, relative_paths_note(problems))
 

@@ -19,14 +19,22 @@ every `tune run`, and in every process torchrun starts for one. It changes two t
   raises it again as a ``SignalException`` with a traceback of torchrun's frames; and a run, or
   the workers of one, stopped before the recipe's main (in its imports), which has written nothing.
 
+- An error a user can fix, in a run of N processes, is the last thing `tune run` prints
+  (``quiet_child_failure``). Each worker prints its message (``entrodrop.config.cli``) and writes it
+  into the error file torchrun gives it (``write_error_file``); torchrun then raises a
+  ``ChildFailedError`` whose traceback of some 50 lines scrolled the message away. The launcher
+  prints the failed rank and its message in its place instead, and exits with the worker's status.
+
 Standard library only: the start-up line runs this file (by its path) as every `tune run` starts,
 before torchtune is imported.
 """
 
+import json
 import os
 import signal
 import sys
-from typing import Callable, List, Mapping
+import time
+from typing import Callable, List, Mapping, Optional, Tuple
 
 # What `tune run` is given instead of the path; it imports it as ``entrodrop.config.run_recipe_file``.
 RUNNER = "entrodrop/config/run_recipe_file.py"
@@ -35,6 +43,10 @@ INTERRUPTED_EXIT = 130
 INTERRUPTED = "interrupted (Ctrl-C)"
 # Set (and not 0): errors and Ctrl-C keep their traceback (entrodrop.config.cli, ``quiet_interrupt``).
 DEBUG_ENV = "ENTRODROP_DEBUG"
+# Where torchrun asks each worker to write why it failed, for the launcher to read.
+ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
+# The key that marks an error file as written by ``write_error_file``: a message a user can act on.
+REPORTED = "entrodrop_reported"
 
 
 def debugging() -> bool:
@@ -89,15 +101,64 @@ def quiet_interrupt(hook: Callable, exit: Callable[[int], None] = os._exit) -> C
     return excepthook
 
 
+def write_error_file(message: str, environ: Mapping[str, str] = os.environ) -> None:
+    """In a process torchrun started, write ``message`` (a user's error, printed already) into
+    the error file torchrun named for it, in the form its ``record`` writes (which the launcher
+    copies without a warning), for the launcher to repeat (``quiet_child_failure``). Elsewhere
+    nothing."""
+    path = environ.get(ERROR_FILE_ENV)
+    if path:
+        with open(path, "w") as f:
+            json.dump({"message": {"message": message, "extraInfo": {"timestamp": str(int(time.time()))},
+                                   REPORTED: True}}, f)
+
+
+def reported_failure(error: BaseException) -> Optional[Tuple[int, str, int]]:
+    """(rank, message, exit status) of the first process of torchrun's ``ChildFailedError`` that
+    reported an error a user can fix (``write_error_file``); None when none did (a bug, a signal:
+    torchrun's report stays)."""
+    failures = getattr(error, "failures", {})
+    reported = [(failure.timestamp, rank, failure) for rank, failure in failures.items()
+                if isinstance(failure.message, dict) and failure.message.get(REPORTED)]
+    if not reported:
+        return None
+    _, rank, failure = min(reported, key=lambda found: found[:2])
+    return rank, failure.message["message"], failure.exitcode if failure.exitcode > 0 else 1
+
+
+def quiet_child_failure(hook: Callable, exit: Callable[[int], None] = os._exit) -> Callable:
+    """``sys.excepthook`` ``hook`` with torchrun's ``ChildFailedError`` for a worker that reported an
+    error a user can fix (``reported_failure``) turned into that error, last: the rank and its
+    message, then the exit status line the worker printed, and ``exit`` with the worker's status.
+    Any other exception goes to ``hook``, and so does every one with ``ENTRODROP_DEBUG=1``.
+    ``ChildFailedError`` is known by name: torch is not imported at start-up."""
+
+    def excepthook(kind, error, traceback) -> None:
+        found = reported_failure(error) if kind.__name__ == "ChildFailedError" and not debugging() else None
+        if found is None:
+            return hook(kind, error, traceback)
+        rank, message, status = found
+        print(f"rank {rank} failed: {message}\n(exit status {status}; {DEBUG_ENV}=1 shows the traceback)",
+              file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        exit(status)
+
+    return excepthook
+
+
 def started(argv: List[str], environ: Mapping[str, str] = os.environ) -> None:
     """What the start-up line does: in a `tune run`, ``argv`` (``sys.argv``) rewritten in place as
-    ``redirected`` says; there and in a process torchrun started (it alone sets
-    ``TORCHELASTIC_RUN_ID``), Ctrl-C ended quietly (``quiet_interrupt``), and in the latter the
-    process ends with its launcher (``entrodrop.launch``). Any other process is left as it is."""
+    ``redirected`` says, and a worker's error that a user can fix shown last (``quiet_child_failure``);
+    there and in a process torchrun started (it alone sets ``TORCHELASTIC_RUN_ID``), Ctrl-C ended
+    quietly (``quiet_interrupt``), and in the latter the process ends with its launcher
+    (``entrodrop.launch``). Any other process is left as it is."""
     if is_tune_run(argv):
         argv[:] = redirected(argv)
     if is_tune_run(argv) or "TORCHELASTIC_RUN_ID" in environ:
         sys.excepthook = quiet_interrupt(sys.excepthook)
+    if is_tune_run(argv):
+        sys.excepthook = quiet_child_failure(sys.excepthook)
     if "TORCHELASTIC_RUN_ID" in environ:
         # A worker ends with its launcher from its first line on (entrodrop/launch.py, by its path
         # as this file is): a launcher killed while the worker imports torch is not missed.

@@ -40,10 +40,12 @@ def read_corpus(path: str, text_field: str) -> CorpusRead:
 
     Raises:
         FileNotFoundError: no such file.
-        CorpusError: a line that is neither blank nor a JSON object with a string
+        CorpusError: a directory, or a line that is neither blank nor a JSON object with a string
             ``text_field``, named by file and line number.
     """
     file = Path(path)
+    if file.is_dir():
+        raise CorpusError(f"corpus file {path} is a directory, not a JSON-lines file: name the .jsonl file in it")
     if not file.is_file():
         raise FileNotFoundError(f"corpus file {path} does not exist")
     texts: List[str] = []

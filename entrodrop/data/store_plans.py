@@ -74,6 +74,10 @@ SHUFFLE_BUFFER = 10_000  # rows in datasets' buffered shuffle of a streamed sour
 CHECKED_ROWS = 1_000  # rows of a streamed source, in file order, rendered before any store is written
 
 
+# What the name of a plan for a source's held-out rows ends with.
+VALIDATION = " (validation)"
+
+
 @dataclass
 class StorePlan:
     """One token store to write: its rows, already selected and ordered, and its budget.
@@ -217,7 +221,7 @@ def plan_source(name: str, entry: Mapping[str, Any]) -> List[StorePlan]:
         def render_rows(start: int, stop: int) -> List[Rendered]:
             return [render(row, entry, where) for row in needed.select(order[start:stop])]
 
-        return StorePlan(f"{where}{'' if role == 'train' else ' (validation)'}", store_dir,
+        return StorePlan(f"{where}{'' if role == 'train' else VALIDATION}", store_dir,
                          lambda n: _in_blocks(n, len(order), render_rows), entry["long_samples"], max_tokens, max_samples,
                          {**description, "role": role, "data": _data_fingerprint(entry, rows)})
 
@@ -312,7 +316,7 @@ def _plan_stream(name: str, entry: Mapping[str, Any], rows, description: dict) -
                          f"of {SHUFFLE_BUFFER} rows; null or empty rows skipped; training rows not deduplicated"]
                         + checked, lambda: counted("train"))]
     if held_out:
-        stores.append(StorePlan(f"{where} (validation)", entry["validation_store_dir"],
+        stores.append(StorePlan(f"{where}{VALIDATION}", entry["validation_store_dir"],
                                 lambda n: blocks("validation", n), entry["long_samples"], None, None,
                                 {**description, "role": "validation", "data": data}, [], lambda: counted("validation")))
     return stores

@@ -30,8 +30,9 @@ import numpy as np
 from entrodrop.data.corpus import sample_pieces
 from entrodrop.data.sample_store import SampleStoreWriter, sample_table, shards_written, store_complete
 from entrodrop.data.selection import RowBudget, rows_within_budget
-from entrodrop.data.store_plans import StorePlan
-from entrodrop.errors import SourceError, naming_full_disk
+from entrodrop.data.store_plans import VALIDATION, StorePlan
+from entrodrop.dir_lock import LOCK_NAME, release_dir_lock, take_dir_lock
+from entrodrop.errors import OutputDirError, SourceError, naming_full_disk
 from entrodrop.temp_paths import temp_file
 
 PARTS = ".parts-"
@@ -88,14 +89,62 @@ def write_token_store(plan: StorePlan, tokenizer, key: Dict[str, Any], max_seq_l
                       all_gather: Callable[[Any], List[Any]] = lambda x: [x],
                       barrier: Callable[[], None] = lambda: None) -> Optional[List[str]]:
     """Tokenize ``plan`` into its store; returns rank 0's log lines of what was stored (None elsewhere).
+    Rank 0 holds the store directory's lock (``entrodrop.dir_lock``) throughout: two runs writing one
+    store would remove or replace each other's shards half written.
 
     Raises:
+        OutputDirError: another live run writes the store (on every rank, before any work).
         CacheMismatchError: the store directory holds another store (before any work).
         SourceError: a budget the rows cannot fill, or a selection that leaves no sample;
             raised on every rank, before the store is written, its scratch removed.
     """
-    if store_complete(plan.store_dir, "tokens", key, plan.description):
+    if store_complete(plan.store_dir, "tokens", key, plan.description) and not _killed_shards(plan.store_dir):
         return [f"{plan.name}: {plan.store_dir} is complete already (the same source, selection and tokenizer)"]
+    lock, refused = None, None
+    if rank == 0:
+        try:
+            lock = take_dir_lock(Path(plan.store_dir), _store_dir_key(plan))
+        except OutputDirError as error:
+            refused = str(error)
+    refusals = [r for r in all_gather(refused) if r]  # every rank raises it: none waits at a barrier
+    if refusals:
+        raise OutputDirError(refusals[0])
+    try:
+        return _write_token_store(plan, tokenizer, key, max_seq_len, samples_per_shard, rank, world_size,
+                                  all_gather, barrier)
+    finally:
+        if lock is not None:
+            release_dir_lock(lock)
+
+
+def _store_dir_key(plan: StorePlan) -> str:
+    """The config key of ``plan``'s store directory, for a message."""
+    where = plan.name.removesuffix(VALIDATION)
+    return f"{where}.validation_store_dir" if where != plan.name else f"{where}.store_dir"
+
+
+def _killed_shards(store_dir: str) -> List[Path]:
+    """The half-written shards (``.shard-*.tmp-*``) that a run killed or stopped while writing
+    left, in a store another run finished."""
+    return sorted(Path(store_dir).glob(".shard-*.tmp-*"))
+
+
+def _remove_killed_shards(store_dir: str) -> List[str]:
+    """Remove ``_killed_shards``; a line for the log each."""
+    stale = _killed_shards(store_dir)
+    for path in stale:
+        shutil.rmtree(path)
+    return [f"removed {path}, a shard left half written by a run that was stopped" for path in stale]
+
+
+def _write_token_store(plan: StorePlan, tokenizer, key: Dict[str, Any], max_seq_len: int, samples_per_shard: int,
+                       rank: int, world_size: int, all_gather: Callable[[Any], List[Any]],
+                       barrier: Callable[[], None]) -> Optional[List[str]]:
+    """``write_token_store``, its lock held."""
+    if store_complete(plan.store_dir, "tokens", key, plan.description):
+        removed = _remove_killed_shards(plan.store_dir) if rank == 0 else []
+        return removed + [f"{plan.name}: {plan.store_dir} is complete already (the same source, selection and "
+                          "tokenizer)"]
     parts = _parts_dir(plan.store_dir, {**key, "samples_per_shard": samples_per_shard})  # blocks are that many rows
     if rank == 0:
         for stale in Path(plan.store_dir).glob(f"{PARTS}*"):
@@ -141,8 +190,8 @@ def write_token_store(plan: StorePlan, tokenizer, key: Dict[str, Any], max_seq_l
         barrier()
         if rank == 0:
             shutil.rmtree(parts)
-            if not any(Path(plan.store_dir).iterdir()):
-                Path(plan.store_dir).rmdir()  # made for the scratch alone
+            if all(p.name == LOCK_NAME for p in Path(plan.store_dir).iterdir()):  # made for the scratch alone
+                shutil.rmtree(plan.store_dir)
         raise SourceError(f"{plan.name}: {problem}")
     barrier()  # every part is on disk
     lines = _assemble(plan, key, parts, num_blocks, samples_per_shard) + plan.counted() if rank == 0 else None

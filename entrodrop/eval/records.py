@@ -7,11 +7,13 @@ import fcntl
 import json
 import logging
 import math
+import os
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, TypeVar
 
 from entrodrop.errors import DamagedLineError, naming_full_disk
 from entrodrop.method.dropout import AUTO_NOT_FIXED
+from entrodrop.temp_paths import temp_file
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -232,7 +234,10 @@ def record_evaluation(eval_dir, record: Dict, target_group: str) -> Dict:
                                       "target_epoch": best["target_epoch"], "path": best["checkpoint"]}
         if scored:  # what the average is made of: the tasks, their metrics and the documents each
             summary["best_checkpoint"].update(limit=best.get("limit"), metrics=best.get("metrics", {}).get(target_group))
-    partial = eval_dir / "summary.json.partial"  # replaced whole, never left half-written
-    partial.write_text(json.dumps(summary, indent=2))
-    partial.replace(eval_dir / "summary.json")
+    # Replaced whole, never left half-written; through a name of its own, as other processes (an
+    # offline evaluation beside the run) may record into the same eval_dir at the same time.
+    fd, partial = temp_file(eval_dir, ".summary.json.tmp-")
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(summary, indent=2))
+    os.replace(partial, eval_dir / "summary.json")
     return summary

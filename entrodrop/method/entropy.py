@@ -29,7 +29,7 @@ from torchtune.modules import TransformerDecoder
 from entrodrop.checkpointing import damaged_weights, find_weight_files
 from entrodrop.data.fingerprints import fingerprint_checkpoint
 from entrodrop.data.packing import IGNORE_INDEX, TARGET, block_causal_mask, pack_rows
-from entrodrop.data.sample_store import MANIFEST, SampleStore, shards_written
+from entrodrop.data.sample_store import KINDS, MANIFEST, SampleStore, shards_written
 from entrodrop.errors import CacheMismatchError, CheckpointError
 from entrodrop.models.head import fp32_logits, layerwise_hidden_states, output_weight
 
@@ -305,14 +305,21 @@ def check_cache_model(checkpoint_dir: str, *cache_dirs: Optional[str]) -> None:
     the target data, the small side of a run.
 
     Raises:
-        CacheMismatchError: one line naming both fingerprints and the fix; or the shard files
-            holding values that are no entropies, with how many, the first, and the fix.
+        CacheMismatchError: one line naming both fingerprints and the fix; a store that is no
+            entropy cache (a token store), named as such; or the shard files holding values that
+            are no entropies, with how many, the first, and the fix.
         CheckpointError: a damaged weight file (an interrupted download), named as such rather
             than as another model.
     """
     now = None
     for cache_dir in (d for d in cache_dirs if d is not None):
-        cached = json.loads((Path(cache_dir) / MANIFEST).read_text())["key"]["model"]
+        manifest = json.loads((Path(cache_dir) / MANIFEST).read_text())
+        if manifest.get("kind") != "entropy":  # a token store's key names no model: its "fingerprint" is None
+            what, _, recipe = KINDS.get(manifest.get("kind"), (f"store of kind {manifest.get('kind')}", None, "another recipe"))
+            raise CacheMismatchError(f"{cache_dir} is a {what} (written by {recipe}), not an entropy cache: give the "
+                                     "cache_dir that recipes/precompute_entropy.py wrote for its token store, or run "
+                                     "that recipe to compute one")
+        cached = manifest["key"]["model"]
         if now is None:
             damaged = damaged_weights(Path(checkpoint_dir))
             if damaged:

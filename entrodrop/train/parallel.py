@@ -3,13 +3,31 @@
 The distributed recipe builds the model on the meta device (no memory, no initialization),
 wraps the layers to checkpoint or compile as the single-device recipe does, and ``shard`` then
 shards it and fills it from the full state dict, as torchtune's own distributed recipes do.
+The single-device recipe refuses to be one of N processes (``check_single_process``).
 """
 
+import os
 from typing import Dict
 
 import torch
 from torchtune import training
 from torchtune.modules import TransformerSelfAttentionLayer
+
+from entrodrop.errors import ConfigError
+
+
+def check_single_process(recipe: str) -> None:
+    """Refuse to run the one-process recipe ``recipe`` as one of the N processes torchrun starts
+    (``tune run --nproc_per_node N``): each would train the whole run alone, into one output_dir.
+
+    Raises:
+        ConfigError: one line naming the distributed recipe's command.
+    """
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size > 1:
+        raise ConfigError(f"{recipe} runs in one process, but torchrun started {world_size} (--nproc_per_node "
+                          f"{world_size}): run `tune run --nproc_per_node {world_size} recipes/entrodrop_distributed.py "
+                          "--config <your config>` with a distributed config, or leave out --nproc_per_node")
 
 
 def shard(model: torch.nn.Module, state_dict: Dict[str, torch.Tensor], device: torch.device,

@@ -294,3 +294,31 @@ def test_a_config_that_is_empty_or_a_list_is_one_problem_not_every_key_missing(c
     with pytest.raises(ConfigError) as e:
         schemas.check(cfg, schemas.TRAINING, schemas.TRAINING_RULES, "EntroDrop")
     assert str(e.value) == f"invalid EntroDrop config (1 problem):\n  {says}"
+
+
+def test_evaluate_checks_the_eval_dir_it_writes_not_the_output_dir_it_reads(tmp_path):
+    cfg = OmegaConf.load(TINY_EVALUATE)
+    cfg.output_dir = "/proc/sys/entrodrop_run"  # read only: its checkpoints are read, nothing is written there
+    cfg.eval_dir = str(tmp_path / "eval")
+    assert schemas.check_rules(cfg, schemas.EVALUATE_RULES[:1], []) == []
+    cfg.eval_dir = "/proc/sys/entrodrop_eval"
+    (problem,) = schemas.check_rules(cfg, schemas.EVALUATE_RULES[:1], [])
+    assert problem.startswith("eval_dir=/proc/sys/entrodrop_eval: /proc/sys cannot be written (")
+    assert problem.endswith("): choose another eval_dir")
+
+
+def test_relative_paths_not_found_say_once_that_they_are_read_from_the_working_directory(tmp_path, monkeypatch):
+    cfg = OmegaConf.load(TINY_TRAINING)
+    cfg.evaluation.lm_eval.tasks = {}
+    cfg.output_dir = str(tmp_path / "run")
+    monkeypatch.chdir(tmp_path)  # the shipped config's relative paths name nothing here
+    with pytest.raises(ConfigError) as error:
+        schemas.check(cfg, schemas.TRAINING, schemas.TRAINING_RULES, "EntroDrop")
+    lines = str(error.value).splitlines()
+    assert lines[1] == ("  data.target_tokens=outputs/tiny_qwen3_tokens/target holds no store (manifest.json missing): "
+                        "run recipes/tokenize_corpus.py")
+    assert lines[-1] == (f"Relative paths (such as outputs/tiny_qwen3_tokens/target) are read from the working "
+                         f"directory, {tmp_path}: run from the folder they are relative to (the repository root for "
+                         "the configs under configs/), or give absolute paths")
+    assert sum("working directory" in line for line in lines) == 1
+    assert lines[0] == f"invalid EntroDrop config ({len(lines) - 2} problems):"

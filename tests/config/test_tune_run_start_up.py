@@ -86,3 +86,36 @@ def test_only_a_tune_run_is_changed(monkeypatch):
     argv = ["-m", "--config", "c.yaml"]  # a worker torchrun started, as its start-up line sees it
     tune_run.started(argv, environ={"TORCHELASTIC_RUN_ID": "none"})
     assert argv == ["-m", "--config", "c.yaml"] and sys.excepthook is not before
+
+
+def test_a_workers_error_ends_an_n_process_run_as_its_last_line_in_place_of_torchruns_traceback(tmp_path, monkeypatch,
+                                                                                             capsys):
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    from entrodrop.errors import ConfigError
+
+    monkeypatch.delenv(cli.DEBUG_ENV, raising=False)
+    message = "output_dir=/x is in use by another run: PID 7 on host h, started t"
+    # The worker (rank 1 of 2) prints its message and writes it into the error file torchrun gave it.
+    monkeypatch.setenv(tune_run.ERROR_FILE_ENV, str(tmp_path / "rank1.json"))
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setattr(cli, "RANK_ZERO_GRACE_S", 0.0)
+    with pytest.raises(SystemExit):
+        cli.exit_with(ConfigError(message))
+    assert capsys.readouterr().err.startswith(f"[rank 1] {message}\n")
+    failed = ChildFailedError("recipes/x.py", {
+        0: ProcessFailure(local_rank=0, pid=10, exitcode=-15, error_file=str(tmp_path / "rank0.json")),  # stopped
+        1: ProcessFailure(local_rank=1, pid=11, exitcode=1, error_file=str(tmp_path / "rank1.json"))})
+    exits, passed_on = [], []
+    hook = tune_run.quiet_child_failure(lambda kind, error, tb: passed_on.append(kind), exit=exits.append)
+    hook(ChildFailedError, failed, None)
+    assert capsys.readouterr().err == f"rank 1 failed: {message}\n(exit status 1; {cli.DEBUG_ENV}=1 shows the traceback)\n"
+    assert exits == [1] and passed_on == []
+    # A worker that failed by a bug or a signal wrote no message of its own: torchrun's report stays.
+    bug = ChildFailedError("recipes/x.py", {0: ProcessFailure(local_rank=0, pid=10, exitcode=1,
+                                                               error_file=str(tmp_path / "none.json"))})
+    hook(ChildFailedError, bug, None)
+    assert passed_on == [ChildFailedError] and exits == [1]
+    monkeypatch.setenv(cli.DEBUG_ENV, "1")  # the traceback, when asked for
+    hook(ChildFailedError, failed, None)
+    assert passed_on == [ChildFailedError] * 2

@@ -382,6 +382,9 @@ def test_corpus_errors_name_file_and_line(tmp_path):
             read_texts(str(path), "text")
     with pytest.raises(FileNotFoundError, match="corpus file .*missing.jsonl does not exist"):
         read_texts(str(tmp_path / "missing.jsonl"), "text")
+    with pytest.raises(CorpusError, match=f"^corpus file {tmp_path} is a directory, not a JSON-lines file: name the "
+                                          r"\.jsonl file in it$"):
+        read_texts(str(tmp_path), "text")
 
 
 def test_corpus_with_invalid_utf8_and_empty_records(tmp_path, tiny_assets):

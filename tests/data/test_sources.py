@@ -36,7 +36,8 @@ from entrodrop.data.sample_store import SampleStore
 from entrodrop.data.selection import validation_count
 from entrodrop.data.store_plans import plan_corpus
 from entrodrop.data.token_stores import write_token_store
-from entrodrop.errors import SourceError
+from entrodrop.dir_lock import LOCK_NAME, take_dir_lock
+from entrodrop.errors import OutputDirError, SourceError
 from entrodrop.models.qwen3._model_builders import qwen3_tokenizer
 
 SEQ = 64  # max_seq_len of most tests: the long fixture rows are 70 to 130 tokens
@@ -320,6 +321,27 @@ def test_jsonl_path_entry_stores_every_record_in_file_order(files, tok, tmp_path
     assert len(set(questions)) < len(questions), "the fixture has duplicates"
     assert stored(tmp_path / "code") == expected_store(tok, questions, 16)
     assert plan.notes == [f"corpora.code: {files['rstar']['json']}: 30 samples, 30 non-blank"]
+
+
+def test_a_store_another_run_writes_is_refused_and_a_rerun_removes_what_a_stopped_writer_left(files, tok, tmp_path):
+    """Two tokenize runs into one store: the second removed or replaced the first's shards half
+    written (Errno 39) and left a .shard-*.tmp-* folder in the finished store."""
+    (plan,) = plan_corpus("code", {"path": str(files["rstar"]["json"]), "text_field": "question",
+                                    "store_dir": str(tmp_path / "code")})
+    key = store_key(TOKENIZER, plan.description, 16)
+    with take_dir_lock(tmp_path / "code", "corpora.code.store_dir"):  # a live run writing it
+        with pytest.raises(OutputDirError) as refused:
+            write_token_store(plan, tok, key, 16, 4)
+    assert str(refused.value).startswith(f"corpora.code.store_dir={tmp_path / 'code'} is in use by another run: PID ")
+    assert str(refused.value).endswith("or write elsewhere with another corpora.code.store_dir")
+    assert sorted(p.name for p in (tmp_path / "code").iterdir()) == [LOCK_NAME]  # nothing written
+    write_token_store(plan, tok, key, 16, 4)
+    (tmp_path / "code" / ".shard-00000.tmp-x1").mkdir()  # left by a run stopped beside the one that finished
+    lines = write_token_store(plan, tok, key, 16, 4)
+    assert lines == [f"removed {tmp_path / 'code' / '.shard-00000.tmp-x1'}, a shard left half written by a run that "
+                     f"was stopped", f"corpora.code: {tmp_path / 'code'} is complete already (the same source, "
+                     "selection and tokenizer)"]
+    assert stored(tmp_path / "code") == expected_store(tok, [r["question"] for r in rstar_rows()], 16)
 
 
 # ---------------------------------------------------------------------------- 3: budgets, seeds

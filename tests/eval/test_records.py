@@ -2,6 +2,8 @@
 may be compared, the best checkpoint, and an evaluation record as metric-log fields."""
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 
@@ -68,7 +70,7 @@ def test_summary_picks_the_best_checkpoint_by_the_target_group(tmp_path):
     assert summary["best_checkpoint"]["path"] == "c30" and summary["best_checkpoint"]["by"] == "code average"
     assert (summary["best_epoch"], summary["min_val_loss"]) == (2.0, 1.5)
     assert json.loads((tmp_path / "summary.json").read_text()) == summary
-    assert not list(tmp_path.glob("*.partial"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["evals.jsonl", "summary.json"]
     for record in records:  # no task ran: the best checkpoint is the one with the lowest loss
         summary = record_evaluation(tmp_path / "loss_only", {k: v for k, v in record.items() if k != "groups"}, "code")
     assert summary["best_checkpoint"] == {"by": "validation loss", "score": 1.5, "step": 20, "target_epoch": 2.0,
@@ -137,3 +139,22 @@ def test_a_line_that_cannot_be_read_before_the_last_is_named_as_damage(tmp_path)
     with pytest.raises(DamagedLineError, match=rf"^{tmp_path / 'evals.jsonl'}, line 2 cannot be read \(Unterminated "
                                                r"string .*\), and it is not the last line.*Repair or delete that line"):
         read_evaluations(tmp_path)
+
+
+def test_two_processes_recording_into_one_eval_dir_each_replace_summary_json_through_their_own_name(tmp_path, monkeypatch):
+    """One temporary name for every writer: a second writer's rename took the first's file, whose own
+    rename then failed (FileNotFoundError). Here the second records between the first's write and rename."""
+    record = {"step": 10, "target_epoch": 1.0, "checkpoint": "c10", "val_loss": {"all": 2.0, "low": 1, "high": 3}}
+    real_replace, other_writer = os.replace, [{**record, "step": 20, "checkpoint": "c20"}]
+
+    def replace_after_another_writer(src, dst):
+        if Path(dst).name == "summary.json" and other_writer:
+            record_evaluation(tmp_path, other_writer.pop(), "code")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace_after_another_writer)
+    record_evaluation(tmp_path, record, "code")  # no FileNotFoundError
+    assert len((tmp_path / "evals.jsonl").read_text().splitlines()) == 2
+    # The summary of the writer that replaced it last, whole: the first, which had read one record.
+    assert json.loads((tmp_path / "summary.json").read_text())["best_checkpoint"]["path"] == "c10"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["evals.jsonl", "summary.json"]

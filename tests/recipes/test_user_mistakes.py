@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 from safetensors.torch import load_file, save_file
 
 from entrodrop.config import cli, schemas
-from entrodrop.errors import CacheMismatchError, ConfigError
+from entrodrop.errors import CacheMismatchError, ConfigError, OutputDirError
 from entrodrop.method.entropy import check_cache_model
 from entrodrop.train.run_lock import LOCK_NAME, hold_run_dir
 
@@ -84,6 +84,21 @@ def test_a_run_into_an_output_dir_another_live_run_holds_is_refused_in_one_line(
     assert sorted(tmp_path.iterdir()) == [tmp_path / LOCK_NAME] and (tmp_path / LOCK_NAME).read_text() == held
 
 
+def test_a_run_into_a_checkpoint_dir_another_live_run_holds_is_refused_before_it_looks_at_it(data, tmp_path):
+    # Two runs with two output_dir and one checkpointer.output_dir would save into each other's step_<N>.
+    from recipes.entrodrop_single_device import EntroDropRecipeSingleDevice
+
+    cfg = OmegaConf.merge(OmegaConf.load(REPO / "configs/tiny/qwen3_entrodrop_single_device.yaml"),
+                          OmegaConf.from_dotlist([*data, NO_TASKS]))
+    cfg.output_dir, cfg.checkpointer.output_dir = str(tmp_path / "second"), str(tmp_path / "checkpoints")
+    with hold_run_dir(str(tmp_path / "first"), others={"checkpointer.output_dir": cfg.checkpointer.output_dir}):
+        recipe = EntroDropRecipeSingleDevice(cfg)
+        with pytest.raises(OutputDirError, match=re.escape(
+                f"checkpointer.output_dir={tmp_path / 'checkpoints'} is in use by another run: PID {os.getpid()} ")):
+            recipe.setup(cfg)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [LOCK_NAME]
+
+
 # ---------------------------------------------------------------------------- YAML
 
 
@@ -113,6 +128,7 @@ def test_read_config_errors_are_config_errors(tmp_path, monkeypatch):
     (tmp_path / "ok.yaml").write_text("a: 1\n")
     (tmp_path / "control.yaml").write_text("a: \"\x01\"\n")  # PyYAML's ReaderError: no line and column, a file name
     for argv, says in [(["--config", str(tmp_path / "none.yaml")], f"--config {tmp_path / 'none.yaml'}: no such file"),
+                       (["--config", str(tmp_path)], f"--config {tmp_path} is a directory: name a YAML config file in it"),
                        (["--config", str(tmp_path / "control.yaml")],
                         f"--config {tmp_path / 'control.yaml'} is not valid YAML: unacceptable character #x0001"),
                        (["--config", str(tmp_path / "ok.yaml"), "a=[1"], "the command-line value 'a=[1' is not valid"),

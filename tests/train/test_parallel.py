@@ -55,3 +55,18 @@ def test_a_sharded_model_computes_and_gathers_what_the_whole_model_does(tmp_path
     assert result["sharded"].startswith("FSDP")  # each decoder layer is its own FSDP2 unit
     assert result["keys"] and result["weights_equal"] and result["rope_finite"]
     assert result["max_logit_diff"] < 1e-5, result
+
+
+def test_the_single_device_recipe_as_one_of_n_processes_says_to_run_the_distributed_recipe(monkeypatch):
+    # Under `tune run --nproc_per_node 2`, rank 0 trained the whole run and rank 1 found its output_dir in use.
+    from entrodrop.errors import ConfigError
+    from recipes.entrodrop_single_device import EntroDropRecipeSingleDevice
+
+    cfg = OmegaConf.load(REPO / "configs/tiny/qwen3_entrodrop_single_device.yaml")
+    monkeypatch.setenv("WORLD_SIZE", "2")  # as torchrun sets it in each process it starts
+    with pytest.raises(ConfigError) as error:
+        EntroDropRecipeSingleDevice(cfg)
+    assert str(error.value) == (
+        "recipes/entrodrop_single_device.py runs in one process, but torchrun started 2 (--nproc_per_node 2): run "
+        "`tune run --nproc_per_node 2 recipes/entrodrop_distributed.py --config <your config>` with a distributed "
+        "config, or leave out --nproc_per_node")

@@ -39,7 +39,7 @@ from entrodrop.train.run_dir import (
     rng_state,
     set_rng_state,
 )
-from entrodrop.train.run_lock import LOCK_NAME, hold_run_dir
+from entrodrop.train.run_lock import LOCK_NAME, hold_run_dir, hold_run_dirs
 
 
 def make_checkpoints(root: Path, steps) -> Path:
@@ -360,6 +360,19 @@ def test_the_run_lock_is_no_earlier_run_and_overwrite_leaves_it_held(tmp_path):
         assert (moved / "checkpoints" / "step_4" / RECIPE_STATE_FNAME).is_file() and not (moved / LOCK_NAME).exists()
         with pytest.raises(OutputDirError, match="is in use by another run"):  # still held, in the same place
             hold_run_dir(cfg.output_dir)
+
+
+def test_overwrite_leaves_the_lock_of_a_checkpoint_dir_outside_output_dir_held_where_it_is(tmp_path):
+    cfg = training_cfg(tmp_path / "run", **{"checkpointer.output_dir": str(tmp_path / "checkpoints")})
+    with hold_run_dirs(cfg):
+        save_state(cfg, 4)
+        cfg.overwrite = True
+        clear_earlier_run(cfg, find_earlier_run(cfg))
+        [moved] = tmp_path.glob("checkpoints.replaced-*")
+        assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [LOCK_NAME]
+        assert (moved / "step_4" / RECIPE_STATE_FNAME).is_file() and not (moved / LOCK_NAME).exists()
+        with pytest.raises(OutputDirError, match="^checkpointer.output_dir=.* is in use by another run"):
+            hold_run_dir(str(tmp_path / "other"), others={"checkpointer.output_dir": cfg.checkpointer.output_dir})
 
 
 def test_a_damaged_recipe_state_is_named_with_the_newest_intact_checkpoint_and_nothing_is_touched(tmp_path):

@@ -14,9 +14,10 @@ import pytest
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from conftest import REPO
+from omegaconf import OmegaConf
 
 from entrodrop.errors import OutputDirError
-from entrodrop.train.run_lock import LOCK_NAME, hold_run_dir
+from entrodrop.train.run_lock import LOCK_NAME, hold_run_dir, hold_run_dirs
 
 HOLDER = """
 import sys, time
@@ -83,3 +84,29 @@ def test_rank_0_holds_the_lock_for_every_rank_and_every_rank_is_refused_with_its
     assert got[0]["refused"].startswith(f"output_dir={tmp_path / 'held'} is in use by another run: PID {os.getpid()} ")
     assert got[1]["refused"] == got[0]["refused"]
     assert [g["holds"] for g in got] == [True, False]
+
+
+def test_a_checkpoint_or_log_dir_outside_output_dir_is_locked_too_and_one_inside_it_is_not(tmp_path):
+    cfg = OmegaConf.load(REPO / "configs/tiny/qwen3_entrodrop_single_device.yaml")
+    cfg.output_dir, cfg.checkpointer.output_dir = str(tmp_path / "first"), str(tmp_path / "shared_checkpoints")
+    cfg.metric_logger.log_dir = str(tmp_path / "shared_logs")
+    with hold_run_dirs(cfg):
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["first", "shared_checkpoints", "shared_logs"]
+        second = cfg.copy()
+        second.output_dir = str(tmp_path / "second")
+        with pytest.raises(OutputDirError) as refused:
+            hold_run_dirs(second)
+        assert str(refused.value) == (
+            f"checkpointer.output_dir={tmp_path / 'shared_checkpoints'} is in use by another run: PID {os.getpid()} on "
+            f"host {socket.gethostname()}, started {json.loads((tmp_path / 'first' / LOCK_NAME).read_text())['started']}"
+            f", holds {tmp_path / 'shared_checkpoints' / LOCK_NAME}. Wait for it to end, or stop it, or write "
+            "elsewhere with another checkpointer.output_dir")
+        second.checkpointer.output_dir = str(tmp_path / "second" / "checkpoints")
+        with pytest.raises(OutputDirError, match=r"^metric_logger.log_dir=\S+shared_logs is in use by another run"):
+            hold_run_dirs(second)
+        # A refused run holds nothing: the lock of its own output_dir, taken first, was released.
+        second.metric_logger.log_dir = str(tmp_path / "second" / "logs")
+        with hold_run_dirs(second):  # its checkpoints and logs inside its output_dir: one lock
+            assert sorted(p.name for p in (tmp_path / "second").iterdir()) == [LOCK_NAME]
+    with hold_run_dirs(second), hold_run_dirs(cfg):  # the first run ended: every lock was released
+        pass

@@ -1,0 +1,63 @@
+"""A directory that one process at a time writes: a ``flock`` on ``<directory>/.run.lock``.
+
+A training run holds its output directories with it (``entrodrop.train.run_lock``), and a tokenize
+run the store it writes (``entrodrop.data.token_stores``). A second process is refused with one
+line naming the process and host that hold the lock. The kernel releases a ``flock`` when its
+holder dies, however it died: a lock file that a killed process left behind is held by no one and
+is taken over silently, so it is never stale as a PID file would be. The file holds the holder's
+PID, host and start time, for the message only; a store's writer removes it when it ends
+(``release_dir_lock``).
+"""
+
+import fcntl
+import json
+import os
+import socket
+import time
+from pathlib import Path
+from typing import IO
+
+from entrodrop.errors import OutputDirError
+
+LOCK_NAME = ".run.lock"
+
+
+def take_dir_lock(directory: Path, key: str) -> IO[str]:
+    """The lock file of ``directory`` (the config's ``key``), locked, with this process named in it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / LOCK_NAME
+    while True:
+        lock = open(path, "a+")  # created if absent, never emptied before it is held
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = _holder(lock.read())
+            lock.close()
+            raise OutputDirError(f"{key}={directory} is in use by another run: {holder}, holds {path}. Wait for it "
+                                 f"to end, or stop it, or write elsewhere with another {key}") from None
+        if path.exists() and os.path.samefile(path, lock.name):
+            break
+        lock.close()  # its holder removed it as it let go (release_dir_lock): lock the file at the path now
+    lock.truncate(0)
+    lock.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                           "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}) + "\n")
+    lock.flush()
+    return lock
+
+
+def release_dir_lock(lock: IO[str]) -> None:
+    """Let go of ``take_dir_lock``'s lock and remove its file, for a directory that should hold
+    only what was written into it (a token store)."""
+    Path(lock.name).unlink(missing_ok=True)
+    lock.close()
+
+
+def _holder(text: str) -> str:
+    """Who holds a lock, from its file: ``PID <pid> on host <host>, started <time>``. A run that
+    has just taken it may not have named itself yet."""
+    try:
+        holder = json.loads(text)
+        return f"PID {holder['pid']} on host {holder['host']}, started {holder['started']}"
+    except (ValueError, KeyError, TypeError):
+        return "a run that is starting (it has not written its PID yet)"
