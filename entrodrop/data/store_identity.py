@@ -17,6 +17,8 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from omegaconf import OmegaConf
+
 from entrodrop.data.fingerprints import fingerprint_tokenizer, fingerprint_vocabulary
 from entrodrop.data.sample_store import MANIFEST, SAMPLES
 from entrodrop.errors import CacheMismatchError, ConfigError
@@ -40,13 +42,8 @@ _SAME_STORE = {
 
 def training_stores(cfg) -> Dict[str, Optional[str]]:
     """Each store key of a training config (``TOKEN_STORES``, ``ENTROPY_CACHES``) and its path (None: not read)."""
-    def value(key: str) -> Optional[str]:
-        node = cfg
-        for part in key.split("."):
-            node = node[part]
-        return None if node is None else str(node)
-
-    return {key: value(key) for key in TOKEN_STORES + ENTROPY_CACHES}
+    paths = {key: OmegaConf.select(cfg, key, throw_on_missing=True) for key in TOKEN_STORES + ENTROPY_CACHES}
+    return {key: None if path is None else str(path) for key, path in paths.items()}
 
 
 def _manifest(store_dir: str) -> Optional[Dict[str, Any]]:
