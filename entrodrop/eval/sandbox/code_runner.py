@@ -55,7 +55,8 @@ SANDBOXES = ("auto", "bubblewrap", "own")
 class Limits:
     """What one program may use. ``timeout_s`` is per test (LiveCodeBench's 6 s) or, for an
     assertion job, from the start of its tests to its last call's reply; ``startup_s`` to start
-    and load the program. ``file_bytes`` and ``num_files``: all it may write (its tmpfs). ``reply_bytes``: one reply.
+    and load the program. ``file_bytes`` and ``num_files``: all it may write (its tmpfs).
+    ``num_threads``: its threads, itself included (it may start no process). ``reply_bytes``: one reply.
     ``sandbox``: ``bubblewrap``, ``own`` (the project's layer), or ``auto`` (bubblewrap where it
     runs, else ``own``, with a warning)."""
 
@@ -65,6 +66,7 @@ class Limits:
     file_bytes: int = 16 << 20
     num_files: int = 1000
     open_files: int = 64
+    num_threads: int = 64
     reply_bytes: int = 16 << 20
     sandbox: str = "auto"
 

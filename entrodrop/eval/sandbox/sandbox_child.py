@@ -215,8 +215,8 @@ def decode_dict(payload: list, depth: int, handles) -> dict:
 # ------------------------------------------------------------------ the seccomp filter
 
 # Deny by default. The namespaces and Landlock keep files and the network out of reach, not other
-# processes: the own layer has no PID namespace, and under bubblewrap its init (pid 1) is a
-# process too. A review (issue 39) stopped the harness and killed the next problem's candidate
+# processes: the own layer has no PID namespace (under bubblewrap the program is alone in its
+# own). A review (issue 39) stopped the harness and killed the next problem's candidate
 # through calls a deny-list had left open (F_SETOWN's SIGIO, prlimit64, setpriority, the
 # scheduling calls, ioprio_set) and sent descriptors out with sendmsg to a pathname socket. So
 # only ``ALLOWED`` passes, calls on the program's own process, descriptors, memory and files
@@ -487,8 +487,25 @@ def lock_down(config: dict) -> str:
     if os.getppid() != config["harness_pid"]:  # ... which may have happened already
         os._exit(1)
     files = confine_files(libc, config["readable"], os.getcwd())
+    # The user namespace came with the network's: without one, the count is the user's everywhere.
+    threads = cap_threads(config["num_threads"]) if network == "cut" else "threads not capped"
     install_seccomp(libc, seccomp_program(os.uname().machine, own_pid=os.getpid()))
-    return f"own layer (network {network}, files {files}, processes refused)"
+    return f"own layer (network {network}, files {files}, processes refused, {threads})"
+
+
+def cap_threads(num_threads: int) -> str:
+    """At most ``num_threads`` threads (the program's included): ``RLIMIT_NPROC``, set once this
+    process is in a user namespace of its own. Since Linux 5.14 the kernel counts a user's
+    processes and threads in each user namespace apart (and charges them to the namespaces above,
+    against the limit their creator had), so the cap counts this program alone; set before the
+    namespace, it would become the namespace's cap on every task of the user outside (other
+    candidates, or the evaluation of an ordinary user). Before 5.14 it counted those anyway: no
+    cap there."""
+    release = tuple(int(part) for part in os.uname().release.split(".")[:2] if part.isdigit())
+    if release < (5, 14):
+        return "threads not capped (kernel before 5.14)"
+    limit("RLIMIT_NPROC", num_threads)
+    return f"threads at most {num_threads}"
 
 
 # ------------------------------------------------------------------ serving
@@ -648,7 +665,8 @@ def main() -> None:
     for fd in (0, 1, 2):
         os.dup2(null, fd)
     os.close(null)
-    sandbox = "bubblewrap" if config["mode"] == "bubblewrap" else lock_down(config)
+    # bwrap made the user namespace; the own layer makes it in lock_down.
+    sandbox = f"bubblewrap ({cap_threads(config['num_threads'])})" if config["mode"] == "bubblewrap" else lock_down(config)
     replies.write(json.dumps({"id": 0, "ok": sandbox}) + "\n")
     replies.flush()
     program = Program()

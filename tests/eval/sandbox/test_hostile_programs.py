@@ -267,10 +267,145 @@ def test_a_stopped_or_killed_candidate_fails_its_sample_and_the_next_one_passes(
     stop = "import os, signal\nos.kill(os.getpid(), signal.SIGSTOP)\nprint(5)"
     kill = "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\nprint(5)"
     results = run_all([{**GOOD, "code": stop}, {**GOOD, "code": kill}, GOOD], Limits(timeout_s=1.0, sandbox=sandbox))
-    assert results[0].error == "timeout (1.0 s)"
-    assert results[1].error == "the program was killed by SIGKILL"
+    if sandbox == "bubblewrap":  # the program is its PID namespace's init, which ignores both from itself
+        assert good_passes(results[0]) and good_passes(results[1]), results
+    else:
+        assert results[0].error == "timeout (1.0 s)"
+        assert results[1].error == "the program was killed by SIGKILL"
     assert good_passes(results[2])
 
+
+# ------------------------------------------------------------------ processes inside the sandbox: none but the program's
+
+OTHER_PROCESSES = """
+import os
+me = str(os.getpid())
+try:
+    pids = sorted({"1", me, *(p for p in os.listdir("/proc") if p.isdigit())})
+except OSError:
+    pids = ["1", me]
+written, address_space = [], set()
+for pid in pids:
+    try:
+        with open(f"/proc/{pid}/limits") as f:
+            address_space.add(next(line for line in f if line.startswith("Max address space")).split()[3])
+        if pid != me:
+            with open(f"/proc/{pid}/maps") as f:
+                start = next(int(line.split("-")[0], 16) for line in f if line.split()[1].startswith("rw"))
+            with open(f"/proc/{pid}/mem", "r+b", buffering=0) as mem:  # its own byte back: harmless, but a write
+                mem.seek(start)
+                byte = mem.read(1)
+                mem.seek(start)
+                mem.write(byte)
+            written.append(pid)
+    except (OSError, StopIteration):
+        pass
+print(written, sorted(address_space))
+"""
+
+
+def test_the_program_can_write_no_other_process_in_its_sandbox(sandbox):
+    # bwrap's own PID 1 was inside, writable through /proc/1/mem and under none of the program's
+    # limits: code written there mapped 5 GiB past the 4 GiB cap
+    limits = Limits(sandbox=sandbox)
+    result = stdin_run(OTHER_PROCESSES, sandbox)
+    assert result.error is None, result.error
+    written, address_space = result.outputs[0].split("] [")
+    assert written == "[" and address_space.strip("]\n") in ("", f"'{limits.memory_bytes}'"), result.outputs
+
+
+def limits_of(pid: int) -> dict:
+    """``/proc/<pid>/limits``, read from outside: a limit's name -> its soft value."""
+    with open(f"/proc/{pid}/limits") as f:
+        return {line[:26].strip(): line[26:].split()[0] for line in f.read().splitlines()[1:]}
+
+
+def in_the_sandbox(harness: Harness) -> list:
+    """The processes below ``harness`` that are in a candidate's sandbox: in a PID namespace of
+    their own (bubblewrap's outer process stays in the harness's), or all of them without one."""
+    theirs = os.readlink(f"/proc/{harness.process.pid}/ns/pid")
+    below = descendants(harness.process.pid)
+    namespaced = []
+    for pid in below:
+        try:
+            if os.readlink(f"/proc/{pid}/ns/pid") != theirs:
+                namespaced.append(pid)
+        except OSError:  # it ended
+            continue
+    return namespaced if harness.sandbox == "bubblewrap" else below
+
+
+def test_every_process_in_the_sandbox_holds_the_program_s_limits(sandbox):
+    limits = Limits(timeout_s=60, sandbox=sandbox)
+    harness = Harness(sandbox_in_use(sandbox))
+    thread = threading.Thread(target=harness.run, args=(LOOP, limits, False))
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # until the program is loaded: its CPU limit is set
+            seen = {}
+            for pid in in_the_sandbox(harness):
+                try:
+                    seen[pid] = limits_of(pid)
+                except OSError:
+                    continue
+            if any(held["Max cpu time"] != "unlimited" for held in seen.values()):
+                break
+            time.sleep(0.02)
+        else:
+            raise AssertionError("no candidate loaded its program")
+    finally:
+        harness.process.kill()  # its run ends, and closes it
+        thread.join()
+    assert seen
+    for held in seen.values():
+        assert held["Max address space"] == str(limits.memory_bytes), seen
+        assert held["Max open files"] == str(limits.open_files) and held["Max file size"] == str(limits.file_bytes), seen
+        assert held["Max processes"] == str(limits.num_threads) and held["Max cpu time"] != "unlimited", seen
+
+
+THREADS = """
+import threading
+threading.stack_size(64 << 10)
+release, started = threading.Event(), 0
+try:
+    for _ in range(1000):
+        threading.Thread(target=release.wait).start()
+        started += 1
+except RuntimeError:  # can't start new thread
+    pass
+release.set()
+print(started)
+"""
+
+
+def test_a_program_cannot_start_more_threads_than_its_limit(sandbox):
+    # 3,000 threads of one program made another worker's bwrap fail to fork under `ulimit -u`
+    limits = Limits(sandbox=sandbox)
+    threads, good = run_all([{**GOOD, "code": THREADS}, GOOD], limits)
+    assert threads.error is not None or int(threads.outputs[0]) < limits.num_threads, threads
+    assert good_passes(good)
+
+
+HOST_VIEW = """
+import os
+HOST = ["/proc/cmdline", "/proc/sys/kernel/random/boot_id", "/proc/config.gz", "/proc/meminfo", "/proc/pressure/memory",
+        "/proc/stat", "/proc/loadavg", "/proc/1/cmdline", "/proc/1/environ"]
+def readable(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read(1) != b""
+    except OSError:
+        return False
+print([p for p in HOST if readable(p)], os.listdir("/proc"), readable("/proc/self/status"), open("/dev/stdin").read())
+"""
+
+
+def test_under_bubblewrap_proc_shows_the_program_itself_and_nothing_of_the_host():
+    if sandbox_in_use("auto") != "bubblewrap":
+        pytest.skip("bubblewrap cannot run here (no user namespaces?)")
+    result = run({"kind": "stdin", "code": HOST_VIEW, "inputs": ["what /dev/stdin reads"]}, Limits(sandbox="bubblewrap"))
+    assert result.outputs == ["[] ['self'] True what /dev/stdin reads\n"], result
 
 # ------------------------------------------------------------------ replies out of shape
 

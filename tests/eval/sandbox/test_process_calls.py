@@ -1,6 +1,7 @@
 """System calls that name another process, against the code sandbox's seccomp filter
 (entrodrop.eval.sandbox.sandbox_child.seccomp_program). A hostile program aims each at its parent
-(without bubblewrap, the harness; inside it, bubblewrap's init) and at another problem's running
+(without bubblewrap, the harness; inside it the program is its PID namespace's init, whose
+parent is out of sight: ``getppid()`` is 0) and at another problem's running
 candidate (same user, same sandbox), given its pid on stdin: each call must be refused, both
 processes left as they were, and the harness must run the next program. A review (issue 39)
 found these open: they stopped the harness, killed the next problem's candidate and kept the
@@ -27,7 +28,8 @@ NUMBERS = {"x86_64": {"ioprio_set": 251, "sched_setattr": 314}, "aarch64": {"iop
 def syscall(name, *args):
     if libc.syscall(NUMBERS[os.uname().machine][name], *args) < 0:
         raise OSError(ctypes.get_errno(), name)
-for pid in (os.getppid(), int(input())):
+victim = int(input())
+for pid in (os.getppid() or victim, victim):  # no parent in sight (the init of a PID namespace): the victim twice
 """
 # Each names another process (``pid``); a correct program's calls on its own process stay allowed.
 AIMED = {
