@@ -19,6 +19,7 @@ and its several answers in any order.
 """
 
 import functools
+import logging
 import re
 import signal
 import threading
@@ -30,9 +31,9 @@ from math_verify.errors import TimeoutException
 # LaTeX first (gold answers and boxes are LaTeX), then plain expressions such as ``3/4``.
 EXTRACTION = (LatexExtractionConfig(), ExprExtractionConfig())
 # CPU seconds this process may spend on one math-verify call (a parse, or a comparison of two
-# parses), not wall seconds: math-verify's own timeouts are SIGALRM alarms, so on a busy machine
-# a correct answer ran out of wall time and was judged wrong. A busy machine slows a call in wall
-# time, not in CPU time, so the verdict no longer depends on the load (``cpu_bounded``).
+# parses; the costliest forms tried cost 0.3 s), not wall seconds: math-verify's own timeouts are
+# SIGALRM alarms, which a busy machine runs out of on a correct answer. A busy machine slows a
+# call in wall time, not in CPU time, so the verdict does not depend on the load (``cpu_bounded``).
 TIMEOUT_S = 5
 T = TypeVar("T")
 # A number: thousands groups (after a comma, a space, a narrow space or LaTeX's ``\\,`` and
@@ -68,9 +69,9 @@ def cpu_bounded(call: Callable[[], T], limit_s: float, over: T) -> T:
     thread's: elsewhere ``call()`` runs unbounded, as math-verify's alarms would refuse to run.
     The caller's SIGPROF handler and timer (a profiler's) are restored afterwards.
     """
+    warmed_up()
     if threading.current_thread() is not threading.main_thread():
         return call()
-    warmed_up()
     previous_handler = signal.signal(signal.SIGPROF, on_cpu_limit)
     previous_timer = signal.setitimer(signal.ITIMER_PROF, limit_s, limit_s)
     try:
@@ -86,9 +87,17 @@ def cpu_bounded(call: Callable[[], T], limit_s: float, over: T) -> T:
 @functools.cache
 def warmed_up() -> bool:
     """Load math-verify's LaTeX parser and sympy's comparisons once, unbounded: the first parse
-    of a process pays for building the parser, which is no answer's cost."""
-    verify(parse("$\\frac{1}{2}$", EXTRACTION, parsing_timeout=None), parse("0.5", EXTRACTION, parsing_timeout=None),
-           timeout_seconds=None)
+    of a process pays for building the parser, which is no answer's cost. math-verify's one
+    warning that its timeouts are off ("you must provide the logic for timeout interruption
+    yourself"), which ``cpu_bounded`` does, is left unsaid."""
+    logger = logging.getLogger("math_verify")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        verify(parse("$\\frac{1}{2}$", EXTRACTION, parsing_timeout=None), parse("0.5", EXTRACTION, parsing_timeout=None),
+               timeout_seconds=None)
+    finally:
+        logger.setLevel(level)
     return True
 
 
