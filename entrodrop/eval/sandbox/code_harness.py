@@ -707,8 +707,10 @@ def run_job(candidate: Candidate, job: dict, limits: dict) -> dict:
         result["sandbox"] = f"{ready}; {candidate.scratch.describe(limits)}"
         tests = max(len(job.get("inputs", ())), 1)
         cpu_s = int(limits["startup_s"] + limits["timeout_s"] * tests) + 1
-        candidate.request({"op": "load", "code": job["code"], "main": job["kind"] == "stdin", "cpu_s": cpu_s},
-                          limits["startup_s"])
+        # Assertion jobs are HumanEval's and MBPP's, the others LiveCodeBench's.
+        prelude = "human-eval" if job["kind"] == "asserts" else "livecodebench"
+        candidate.request({"op": "load", "code": job["code"], "prelude": prelude, "main": job["kind"] == "stdin",
+                           "cpu_s": cpu_s}, limits["startup_s"])
         if job["kind"] == "asserts":
             run_asserts(candidate, job, limits)
             result["held"] = True

