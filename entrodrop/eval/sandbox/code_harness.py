@@ -452,7 +452,7 @@ class Candidate:
         except OverflowError:
             raise self.stop(f"a reply over {self.limits['reply_bytes']} bytes") from None
         # Every JSON array has a "[", one in a string too: a count never under the arrays, taken
-        # before parsing, which costs about 160 bytes an array. A stdin program's output is text,
+        # before parsing, which costs about 150 bytes an array. A stdin program's output is text,
         # which costs its bytes only.
         if message.get("op") != "stdin" and line.count(b"[") > self.limits["reply_items"]:
             raise self.stop(f"a reply over {self.limits['reply_items']} items")

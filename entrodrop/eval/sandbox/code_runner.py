@@ -62,7 +62,7 @@ class Limits:
     and load the program. ``file_bytes`` and ``num_files``: all it may write (its tmpfs). ``reply_bytes``: one reply;
     ``reply_items``: the JSON arrays of one reply but a stdin program's output (every encoded
     value is one, a container's payload another), counted before it is parsed: what its parsing
-    and checking cost in time and memory, here and in the harness, grows with them (about 160
+    and checking cost in time and memory, here and in the harness, grows with them (about 150
     bytes each). ``sandbox``: ``bubblewrap``, ``own`` (the project's layer), or ``auto`` (bubblewrap where it
     runs, else ``own``, with a warning)."""
 
