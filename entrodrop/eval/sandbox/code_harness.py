@@ -20,9 +20,9 @@ serving all of its calls; the next one starts while this one runs) and answers w
   requests. A built-in exception the program raised (``RAISABLE``) is raised in the
   test, so a test that expects one behaves as it would in the program's process.
 
-Every reply from the candidate is size-limited (``reply_bytes``), depth-limited (100 levels),
-numbered and checked against its expected shape; anything else, a timeout on any read, or the
-candidate's death fails the sample with a reason.
+Every reply from the candidate is size-limited (``reply_bytes``, and ``reply_items`` but a stdin
+program's output), depth-limited (100 levels), numbered and checked against its expected shape;
+anything else, a timeout on any read, or the candidate's death fails the sample with a reason.
 
 The candidate runs inside bubblewrap (``bwrap_argv``: new user, PID, IPC, network, mount and UTS
 namespaces; a read-only root holding only the interpreter, its standard library and the shared
@@ -74,6 +74,9 @@ def candidate_user() -> dict:
     is root (none otherwise: an ordinary user's candidate is that user, and no more)."""
     return {"user": NOBODY, "group": NOBODY, "extra_groups": []} if os.geteuid() == 0 else {}
 OUTPUTS_LIMIT = 64 << 20  # bytes of outputs one job sends back
+# The line a job's reply begins with once its program is loaded and its tests begin: the
+# evaluation gives the rest of the job its tests' deadline from there (``code_runner.Harness.run``).
+TESTS_BEGIN = b"tests begin"
 
 
 class CandidateFailed(BaseException):
@@ -466,6 +469,11 @@ class Candidate:
             raise self.stop(self.death()) from None
         except OverflowError:
             raise self.stop(f"a reply over {self.limits['reply_bytes']} bytes") from None
+        # Every JSON array has a "[", one in a string too: a count never under the arrays, taken
+        # before parsing, which costs about 150 bytes an array. A stdin program's output is text,
+        # which costs its bytes only.
+        if message.get("op") != "stdin" and line.count(b"[") > self.limits["reply_items"]:
+            raise self.stop(f"a reply over {self.limits['reply_items']} items")
         try:
             reply = json.loads(line)
         except (ValueError, RecursionError):
@@ -529,10 +537,11 @@ class Candidate:
 
 # ------------------------------------------------------------------ the tests, here
 
-def checked(payload, handles=None):
-    """A value the candidate returned, decoded; anything malformed fails the sample."""
+def checked(payload, handles=None, values: bool = True):
+    """A value the candidate returned, decoded (without ``values``, its shape checked:
+    ``decode``); anything malformed fails the sample."""
     try:
-        return decode(payload, handles=handles)
+        return decode(payload, handles=handles, values=values)
     except (ValueError, TypeError, RecursionError, OverflowError) as e:
         raise CandidateFailed(f"a malformed value: {e}"[:300]) from None
 
@@ -671,7 +680,6 @@ def run_asserts(candidate: Candidate, job: dict, limits: dict) -> None:
     for name in classes:
         namespace[name] = Remote(tests, "new", name)
     random.seed(0)  # tests that draw random inputs draw the same ones for every program
-    candidate.deadline = time.monotonic() + limits["timeout_s"]
     try:
         exec(compile(job["tests"], "<tests>", "exec"), namespace)
         if job.get("call"):
@@ -698,8 +706,15 @@ def traceback_frames(error: BaseException) -> list:
     return frames
 
 
-def run_job(candidate: Candidate, job: dict, limits: dict) -> dict:
-    """One job against its candidate; the reply line's fields."""
+def left_for_a_test(candidate: Candidate, limits: dict) -> float:
+    """One test's time: ``timeout_s``, or what is left of its job's deadline, the less."""
+    return min(limits["timeout_s"], candidate.deadline - time.monotonic())
+
+
+def run_job(candidate: Candidate, job: dict, limits: dict, begin=lambda: None) -> dict:
+    """One job against its candidate; the reply line's fields. ``begin()`` once the program is
+    loaded: its tests' deadline, ``timeout_s`` a test, counts from then, for all they cost here
+    too (a test gets ``timeout_s`` or what is left of that, the less)."""
     outputs, size = [], 0
     result = {"outputs": outputs, "error": None, "held": False, "sandbox": limits["mode"], "unavailable": None}
     try:
@@ -711,22 +726,27 @@ def run_job(candidate: Candidate, job: dict, limits: dict) -> dict:
         prelude = "human-eval" if job["kind"] == "asserts" else "livecodebench"
         candidate.request({"op": "load", "code": job["code"], "prelude": prelude, "main": job["kind"] == "stdin",
                            "cpu_s": cpu_s}, limits["startup_s"])
+        candidate.deadline = time.monotonic() + limits["timeout_s"] * tests
+        begin()
+        what = f"{limits['timeout_s']:.1f} s"
         if job["kind"] == "asserts":
             run_asserts(candidate, job, limits)
             result["held"] = True
             return result
         for test in job["inputs"]:
             if job["kind"] == "stdin":
-                output = candidate.request({"op": "stdin", "input": test}, limits["timeout_s"])
+                output = candidate.request({"op": "stdin", "input": test}, left_for_a_test(candidate, limits), what)
                 if type(output) is not str:
                     raise candidate.stop("its output is not text")
             else:  # functional: LiveCodeBench converts a returned tuple to a list
                 message = {"op": "call", "name": job["func_name"], "args": [encode(a) for a in test], "kwargs": [],
                            "solution": True}
-                output = candidate.request(message, limits["timeout_s"])
-                # Passed on as it came once checked, not encoded again: encoding sorts a set's items by
-                # their JSON text, which sets nested in sets make again at every level (depth x size).
-                if type(checked(output)) is tuple:
+                output = candidate.request(message, left_for_a_test(candidate, limits), what)
+                # Passed on as it came once its shape is checked, neither built (sets of one hash nested
+                # in each other cost the product of their sizes to build) nor encoded again (encoding
+                # sorts a set's items by their JSON text, made again at every level: depth x size).
+                checked(output, values=False)
+                if output[0] == "tuple":
                     output = ["list", output[1]]
             size += len(json.dumps(output))  # as it travels: escapes included
             if size > OUTPUTS_LIMIT:
@@ -752,6 +772,10 @@ def main() -> None:
     sys.stdout = open(os.devnull, "w")
     scratch = Scratch(sys.argv[2])
     spare = None
+
+    def begin() -> None:
+        write_all(replies, TESTS_BEGIN + b"\n", time.monotonic() + 60)
+
     for line in jobs:
         message = json.loads(line)
         limits = message["limits"]
@@ -763,7 +787,7 @@ def main() -> None:
             candidate = candidate or Candidate(limits, scratch)
             if message["spare"]:  # the next job's candidate starts now: its start overlaps this job
                 spare = Candidate(limits, scratch)
-            result = run_job(candidate, message["job"], limits)
+            result = run_job(candidate, message["job"], limits, begin)
         except (SandboxUnavailable, OSError) as e:  # e.g. no bwrap: the evaluation stops, loudly
             why = f"cannot start a candidate: {e}"
             result = {"outputs": [], "error": why, "held": False, "sandbox": limits["mode"], "unavailable": why}

@@ -42,13 +42,17 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from entrodrop.errors import SandboxError
-from entrodrop.eval.sandbox.code_harness import OUTPUTS_LIMIT, LineReader, remove_tree, write_all
+from entrodrop.eval.sandbox.code_harness import OUTPUTS_LIMIT, TESTS_BEGIN, LineReader, remove_tree, write_all
 from entrodrop.eval.sandbox.sandbox_child import decode
 
 log = logging.getLogger(__name__)
 ROOT = str(Path(__file__).resolve().parents[3])  # the directory that holds the entrodrop package
 BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from entrodrop.eval.sandbox.code_harness import main; main()"
 SANDBOXES = ("auto", "bubblewrap", "own")
+# What a harness may take past its tests' deadline (closing the candidate, sending the result)
+# before it is killed: a harness stuck in its own work (a test's, or building a value in C code
+# that no signal interrupts) costs its tests' deadline and this, however long the work.
+MARGIN_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -56,8 +60,11 @@ class Limits:
     """What one program may use. ``timeout_s`` is per test (LiveCodeBench's 6 s) or, for an
     assertion job, from the start of its tests to its last call's reply; ``startup_s`` to start
     and load the program. ``file_bytes`` and ``num_files``: all it may write (its tmpfs).
-    ``num_threads``: its threads, itself included (it may start no process). ``reply_bytes``: one reply.
-    ``sandbox``: ``bubblewrap``, ``own`` (the project's layer), or ``auto`` (bubblewrap where it
+    ``num_threads``: its threads, itself included (it may start no process). ``reply_bytes``: one reply;
+    ``reply_items``: the JSON arrays of one reply but a stdin program's output (every encoded
+    value is one, a container's payload another), counted before it is parsed: what its parsing
+    and checking cost in time and memory, here and in the harness, grows with them (about 150
+    bytes each). ``sandbox``: ``bubblewrap``, ``own`` (the project's layer), or ``auto`` (bubblewrap where it
     runs, else ``own``, with a warning)."""
 
     timeout_s: float = 6.0
@@ -68,6 +75,9 @@ class Limits:
     open_files: int = 64
     num_threads: int = 64
     reply_bytes: int = 16 << 20
+    # An honest answer comes nowhere near: LiveCodeBench's constraints keep a returned list to
+    # about 10**5 items (10**5 pairs are 400,000 arrays), and HumanEval's and MBPP's to tens.
+    reply_items: int = 1_000_000
     sandbox: str = "auto"
 
 
@@ -116,16 +126,23 @@ class Harness:
             return Run([], f"the sandbox could not start this sample's program, twice: {e.why}"[:500], sandbox=self.sandbox)
 
     def attempt(self, job: Dict, limits: Limits, spare: bool) -> Run:
+        """One try of ``run``. The harness has its start (the first job), the candidate's start
+        and load (``startup_s`` each), then from its ``TESTS_BEGIN`` line its tests' time
+        (``timeout_s`` a test), each with ``MARGIN_S`` more: past it, it is killed."""
         tests = max(len(job.get("inputs", ())), 1)
-        seconds = 2 * limits.startup_s + limits.timeout_s * tests + 2 + (0 if self.started else limits.startup_s)
-        deadline = time.monotonic() + seconds
+        seconds = 2 * limits.startup_s + MARGIN_S + (0 if self.started else limits.startup_s)
+        deadline, window = time.monotonic() + seconds, f"{seconds:.0f} s"
         self.started = True
         message = {"job": job, "limits": {**asdict(limits), "mode": self.sandbox}, "spare": spare}
         try:
             write_all(self.process.stdin.fileno(), (json.dumps(message) + "\n").encode(), deadline)
             line = self.results.line(deadline)
+            if line == TESTS_BEGIN:
+                deadline = time.monotonic() + limits.timeout_s * tests + MARGIN_S
+                window = f"{limits.timeout_s * tests:.0f} s after its tests began, and {MARGIN_S:.0f} s more"
+                line = self.results.line(deadline)
         except TimeoutError:
-            return self.lost(f"the harness stopped answering ({seconds:.0f} s)")
+            return self.lost(f"the harness stopped answering ({window})")
         except (EOFError, BrokenPipeError):
             return self.lost(f"the harness died (exit status {self.process.wait()})")
         except OverflowError:
@@ -182,8 +199,8 @@ def checked_run(result: Dict, kind: str) -> Run:
     for output in outputs:
         if kind == "stdin" and type(output) is not str:
             raise TypeError("a stdout that is not text")
-        if kind == "functional":
-            decode(output)
+        if kind == "functional":  # the shape only: ``same_value`` compares it as it came
+            decode(output, values=False)
     return Run(outputs, error, held, sandbox)
 
 
@@ -273,7 +290,7 @@ def run_all(jobs: Sequence[Dict], limits: Limits = Limits(), workers: int = 1) -
 
 def number(tag: str, payload):
     """An encoded int, float or Fraction as the Python number (exact: no float rounding of big ints)."""
-    return decode([tag, payload])
+    return payload if tag == "int" and type(payload) is int else decode([tag, payload])
 
 
 def as_dict(tag: str, payload) -> tuple:

@@ -168,12 +168,16 @@ def check_hashes(items: list, what: str) -> None:
                          "whose cost to build grows with the square of their number")
 
 
-def decode(encoded, depth: int = 0, hashable: bool = False, handles=None):
+def decode(encoded, depth: int = 0, hashable: bool = False, handles=None, values: bool = True):
     """The value ``encode`` made, or ``ValueError`` for anything else (a wrong tag, payload or
     nesting past 100 levels, a set or dict with over ``SAME_HASH`` items of one hash): what
     arrives over a pipe is checked before it is used, in time that grows with its size, not its
     square. A set inside a set or a dict key comes back as a frozenset. A ``handle`` is
-    ``handles(number, class name)`` where ``handles`` is given, else refused.
+    ``handles(number, class name)`` where ``handles`` is given, else refused. Without
+    ``values``, only the shape is checked and no set or dict is built (``None`` for each): no
+    hash is taken, so the time is linear in the size whatever the items' hashes (building sets
+    of one hash nested in each other costs the product of their sizes, in C code no deadline
+    interrupts).
 
     Example:
         >>> decode(encode((1, {2.5}, -(1 << 70)))) == (1, {2.5}, -(1 << 70))
@@ -204,20 +208,23 @@ def decode(encoded, depth: int = 0, hashable: bool = False, handles=None):
         if denominator > 0 and max(numerator.bit_length(), denominator.bit_length()) <= FRACTION_BITS:
             return FRACTION(numerator, denominator)
     if tag in DICT_TAGS and kind is list:
-        items = decode_dict(payload, depth, handles)
-        return items if tag == "dict" else DICT_TAGS[tag](items)
+        items = decode_dict(payload, depth, handles, values)
+        return items if tag == "dict" or items is None else DICT_TAGS[tag](items)
     if (tag == "defaultdict" and kind is list and len(payload) == 2 and type(payload[1]) is list
             and (payload[0] is None or payload[0] in TYPES)):
-        return DEFAULTDICT(TYPES.get(payload[0]), decode_dict(payload[1], depth, handles))
+        items = decode_dict(payload[1], depth, handles, values)
+        return None if items is None else DEFAULTDICT(TYPES.get(payload[0]), items)
     if (tag == "deque" and kind is list and len(payload) == 2 and type(payload[1]) is list
             and (payload[0] is None or (type(payload[0]) is int and payload[0] >= 0))):
-        return DEQUE([decode(v, depth + 1, False, handles) for v in payload[1]], payload[0])
+        return DEQUE([decode(v, depth + 1, False, handles, values) for v in payload[1]], payload[0])
     if tag in ("list", "tuple", "set") and kind is list:
-        items = [decode(v, depth + 1, hashable or tag == "set", handles) for v in payload]
+        items = [decode(v, depth + 1, hashable or tag == "set", handles, values) for v in payload]
         if tag == "list":
             return items
         if tag == "tuple":
             return tuple(items)
+        if not values:
+            return None
         check_hashes(items, "items of a set")
         return frozenset(items) if hashable else set(items)
     if tag == "handle" and handles is None:
@@ -228,13 +235,16 @@ def decode(encoded, depth: int = 0, hashable: bool = False, handles=None):
     raise ValueError(f"a malformed {tag[:20]!r} value")
 
 
-def decode_dict(payload: list, depth: int, handles) -> dict:
-    """A dict from its encoded ``[key, value]`` pairs, checked for a hash flood before it is built."""
+def decode_dict(payload: list, depth: int, handles, values: bool = True):
+    """A dict from its encoded ``[key, value]`` pairs, checked for a hash flood before it is
+    built; ``None`` without ``values`` (``decode``), once the pairs' shape is checked."""
     pairs = []
     for pair in payload:
         if type(pair) is not list or len(pair) != 2:
             raise ValueError("a dict item is not a pair")
-        pairs.append((decode(pair[0], depth + 1, True, handles), decode(pair[1], depth + 1, False, handles)))
+        pairs.append((decode(pair[0], depth + 1, True, handles, values), decode(pair[1], depth + 1, False, handles, values)))
+    if not values:
+        return None
     check_hashes([key for key, _ in pairs], "keys of a dict")
     return dict(pairs)
 

@@ -2,18 +2,21 @@
 functional LiveCodeBench answer tagged as a set of 25,000 integers of one hash (equal modulo
 2**61 - 1, Python's hash modulus) cost about 6 s a test to decode, once in the harness and again
 in the evaluation, which had no deadline on it: 49-63 s for one 4-test problem. Python places a
-set's or a dict's item by walking past every earlier item of the same hash, so such a value is
-now refused for its hashes before it is built, with the reason, and a correct answer with sets
-and dicts scores as before. The harness passes a checked answer on as it came: encoding it again
-cost the depth of its nested sets times its size. The sandbox tests run under bubblewrap
-(skipped where it cannot run here) and under the own layer."""
+set's or a dict's item by walking past every earlier item of the same hash, so where a value is
+built (for HumanEval's and MBPP's tests, in the harness) it is refused for its hashes before,
+with the reason, and a correct answer with sets and dicts scores as before. A functional answer
+(LiveCodeBench) is never built: its shape is checked, in the harness and in the evaluation, and
+it is compared as it came; encoding it again cost the depth of its nested sets times its size.
+A harness stuck past its tests' deadline is killed ``MARGIN_S`` after it, and a reply's items are
+capped (``Limits.reply_items``). The sandbox tests run under bubblewrap (skipped where it cannot
+run here) and under the own layer."""
 
 import json
 
 import pytest
 import test_hostile_programs
 
-from entrodrop.eval.sandbox.code_runner import Limits, checked_run, passed, run_all, same_value
+from entrodrop.eval.sandbox.code_runner import MARGIN_S, Limits, checked_run, passed, run_all, same_value
 from entrodrop.eval.sandbox.sandbox_child import SAME_HASH, decode, encode
 
 sandbox = test_hostile_programs.sandbox  # the fixture: bubblewrap (where it runs here), then the own layer
@@ -49,14 +52,6 @@ def test_values_up_to_the_limit_of_one_hash_still_decode():
         decode(encode(powers | {2 ** (61 * SAME_HASH)}))
 
 
-def test_the_evaluation_refuses_a_flooded_output_from_the_harness():
-    """The evaluation decodes what the harness sends with the same check, so a harness that
-    passed a flood on would be refused (and replaced), not waited on."""
-    result = {"outputs": [FLOODS["a set of ints"]], "error": None, "held": False, "sandbox": "", "unavailable": None}
-    with pytest.raises(ValueError, match="share one hash"):
-        checked_run(result, "functional")
-
-
 SENDS = """
 import __main__
 __main__.encode = lambda value, *a, **k: {reply}
@@ -76,9 +71,12 @@ def functional(code: str) -> dict:
 
 
 def test_a_flooded_answer_fails_its_sample_and_a_correct_one_with_sets_and_dicts_passes(sandbox):
-    """The flood is refused in the harness, with the reason, before it is built; a correct
-    answer with sets and dicts (a tuple, which LiveCodeBench reads as a list) passes."""
-    floods = [functional(SENDS.format(reply=repr(FLOODS[kind]))) for kind in ("a set of ints", "a dict's keys")]
+    """The flood is refused in the harness, where the tests need it built, with the reason,
+    before it is built; a correct answer with sets and dicts (a tuple, which LiveCodeBench reads
+    as a list) passes."""
+    identity = "def answer(x):\n    return x\n"
+    floods = [{"kind": "asserts", "code": SENDS.format(reply=repr(FLOODS[kind])) + identity, "setup": identity,
+               "tests": "assert answer(1) == 1\n"} for kind in ("a set of ints", "a dict's keys")]
     set_flood, dict_flood, good = run_all([*floods, functional(GOOD)], Limits(sandbox=sandbox))
     reason = f"a malformed value: 1000 {{}} share one hash, over the {SAME_HASH} allowed"
     assert set_flood.error.startswith(reason.format("items of a set"))
@@ -97,3 +95,69 @@ def test_the_harness_passes_a_checked_answer_on_as_it_came(sandbox):
     reply = ["tuple", [["set", [["int", 3], ["int", 1], ["int", 2]]], ["str", "x"]]]  # not in sorted order
     result = run_all([functional(SENDS.format(reply=repr(reply)))], Limits(sandbox=sandbox))[0]
     assert result.error is None and result.outputs == [["list", reply[1]]] * 2
+
+
+# ------------------------------------------------------------------ costs bounded by the deadline
+
+NESTED_FLOOD = """
+import __main__
+P = (1 << 61) - 1
+def flood(levels, width=8, index=0):
+    '''Sets of one hash, nested: each shares all its items but one with its neighbours, so that
+    telling two apart compares them all, and every level multiplies the cost of the one below.'''
+    if levels == 0:
+        return ["int", hex((index + 1) * P + 1)]
+    return ["set", [flood(levels - 1, width, j) for j in range(width - 1)] + [flood(levels - 1, width, width - 1 + index)]]
+FLOOD = flood(6)  # 262,144 ints, 8 MiB: minutes to build as Python sets (6 levels, 8 a set)
+__main__.encode = lambda value, *a, **k: FLOOD
+"""
+
+
+def test_the_evaluation_checks_a_functional_answer_without_building_its_sets(monkeypatch):
+    """Nothing of a functional answer is built here (same_value compares it as it came), so no
+    hash of it is taken: sets that share one hash cost the evaluation no more than their size."""
+    from entrodrop.eval.sandbox import sandbox_child
+
+    def no_hashes(items, what):
+        raise AssertionError(f"the evaluation hashed the {what} of an answer")
+
+    monkeypatch.setattr(sandbox_child, "check_hashes", no_hashes)
+    result = {"outputs": [FLOODS["a set inside a list"], ["dict", [[["int", 1], ["set", []]]]]], "error": None,
+              "held": False, "sandbox": "", "unavailable": None}
+    assert checked_run(result, "functional").outputs == result["outputs"]
+    with pytest.raises(ValueError, match="malformed"):
+        checked_run({**result, "outputs": [["set", [["int", "1"]]]]}, "functional")  # the shape is still checked
+
+
+def test_nested_sets_of_one_hash_cost_a_functional_answer_nothing(sandbox):
+    """The harness checks a functional answer's shape and passes it on unbuilt: sets nested six
+    deep that would take minutes to build come back within the deadline, and compare unequal."""
+    limits = Limits(timeout_s=5.0, startup_s=10.0, sandbox=sandbox)  # building FLOOD at load: a second or two when busy
+    result = run_all([functional(NESTED_FLOOD + GOOD)], limits)[0]
+    assert result.error is None and len(result.outputs) == 2
+    assert not passed(result, [encode({1}), encode({2})], same_value)
+
+
+def test_a_harness_stuck_past_its_tests_deadline_is_killed_at_it(sandbox):
+    """An assertion job's values are built in the harness, for its tests: one whose building
+    cannot be interrupted (C code: nested sets of one hash) is killed ``MARGIN_S`` after its
+    tests' deadline, counted from when its tests began, not from the job's start."""
+    from test_hostile_programs import HUMANEVAL_0
+
+    program = NESTED_FLOOD + "def has_close_elements(numbers, threshold):\n    return True\n"
+    job = {"kind": "asserts", "code": program, "setup": HUMANEVAL_0["prompt"] + HUMANEVAL_0["canonical_solution"],
+           "tests": HUMANEVAL_0["test"], "call": "check(has_close_elements)"}
+    result = run_all([job], Limits(timeout_s=5.0, startup_s=10.0, sandbox=sandbox))[0]
+    assert not result.held
+    assert result.error == f"the harness stopped answering (5 s after its tests began, and {MARGIN_S:.0f} s more)"
+
+
+def test_a_reply_over_the_item_cap_fails_its_sample_with_the_reason(sandbox):
+    """The items (JSON arrays: every encoded value one) of a reply are counted before it is
+    parsed, so a reply of many small values costs no more than the cap: 4 replies of 16 MiB of
+    small ints held 1 GiB in the harness and again in the evaluation. A reply under it passes."""
+    program = "class Solution:\n    def answer(self, x):\n        return [0] * x\n"
+    limits = Limits(reply_items=1000, sandbox=sandbox)
+    over, under = run_all([{**functional(program), "inputs": [[1]] + [[2000]] * 3}, functional(program)], limits)
+    assert over.error == "a reply over 1000 items" and len(over.outputs) == 1
+    assert under.error is None and under.outputs == [encode([0]), encode([0, 0])]
