@@ -23,8 +23,9 @@ The comparisons:
 - assertion tests (HumanEval, MBPP): the benchmark's own assertions, in the harness, on the
   values the program returned (``Run.held``).
 
-Only plain values cross (None, bool, int, float, str, list, tuple, set, dict, exactly those
-types): an object that claims to equal everything has no plain encoding and fails.
+Only values cross, each as its contents, built again by the receiver with its own class
+(``sandbox_child.encode``; the list is in docs/evaluation.md, "Sandbox"): an object that claims
+to equal everything has no such encoding and fails.
 """
 
 import json

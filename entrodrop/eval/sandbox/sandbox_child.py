@@ -253,13 +253,13 @@ def decode_dict(payload: list, depth: int, handles, values: bool = True):
 
 # Deny by default. The namespaces and Landlock keep files and the network out of reach, not other
 # processes: the own layer has no PID namespace (under bubblewrap the program is alone in its
-# own). A review (issue 39) stopped the harness and killed the next problem's candidate
-# through calls a deny-list had left open (F_SETOWN's SIGIO, prlimit64, setpriority, the
-# scheduling calls, ioprio_set) and sent descriptors out with sendmsg to a pathname socket. So
-# only ``ALLOWED`` passes, calls on the program's own process, descriptors, memory and files
-# (which the namespaces and Landlock bound); a call that can name a process passes only naming
-# the program (``CHECKED``); ``REFUSED`` fails with EPERM; every other call fails with ENOSYS,
-# as on a kernel without it, which the C library and Python expect and fall back from.
+# own). A deny-list leaves calls open that stop the harness or kill the next problem's candidate
+# (F_SETOWN's SIGIO, prlimit64, setpriority, the scheduling calls, ioprio_set) or send descriptors
+# out (sendmsg to a pathname socket). So only ``ALLOWED`` passes, calls on the program's own
+# process, descriptors, memory and files (which the namespaces and Landlock bound); a call that
+# can name a process passes only naming the program (``CHECKED``); ``REFUSED`` fails with EPERM;
+# every other call fails with ENOSYS, as on a kernel without it, which the C library and Python
+# expect and fall back from.
 
 # System call numbers: (x86-64, arm64); None where the machine has no such call. Checked against
 # the kernel headers (asm/unistd_64.h, asm-generic/unistd.h).
