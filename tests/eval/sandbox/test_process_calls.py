@@ -87,7 +87,7 @@ def sleeper(layer):
     thread.start()
     try:
         for _ in range(400):
-            program = [pid for pid in descendants(harness.process.pid) if not descendants(pid)]  # bwrap's is below its init
+            program = [pid for pid in descendants(harness.process.pid) if not descendants(pid)]  # under bubblewrap, below bwrap
             if program and loaded(program[0]):
                 yield harness, program[0]
                 break
