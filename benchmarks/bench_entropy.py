@@ -33,7 +33,6 @@ from pathlib import Path
 import torch
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "scripts"))  # make_tiny_assets: the tiny models' shapes and builders
 METHODS = ["floor", "naive", "ours", "packed"]
 
 
@@ -43,14 +42,10 @@ def bench_args(embed_dim: int) -> dict:
 
 
 def write_checkpoint(out: Path, embed_dim: int) -> None:
-    from make_tiny_assets import init_weights, write_model
-
-    from entrodrop.models.qwen3._component_builders import qwen3
+    from entrodrop.checkpointing import write_random_checkpoint
 
     args = {**bench_args(embed_dim), "norm_eps": 1e-6, "rope_base": 1e6}
-    model = qwen3(**args)
-    init_weights(model, seed=0)
-    write_model(out, "QWEN3", args, model, REPO / "assets" / "tiny" / "tokenizer")
+    write_random_checkpoint(out, "QWEN3", args, REPO / "assets" / "tiny" / "tokenizer", dtype=torch.float32)
 
 
 def reset_peak_rss() -> None:

@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Iterator, List
 
 import torch
-from safetensors.torch import save_file
 from tokenizers import (
     Regex,
     Tokenizer,
@@ -41,14 +40,9 @@ from tokenizers import (
     pre_tokenizers,
     trainers,
 )
-from torch import nn
-from torchtune.models.llama3_1 import llama3_1
 from torchtune.models.qwen2._tokenizer import PRETOKENIZE_REGEX
-from torchtune.modules.transforms.tokenizers import parse_hf_tokenizer_json
 
-from entrodrop.checkpointing import CONVERTERS
-from entrodrop.models.hf_config import hf_config
-from entrodrop.models.qwen3._component_builders import qwen3
+from entrodrop.checkpointing import write_random_checkpoint
 from entrodrop.models.qwen3._model_builders import QWEN3_SPECIAL_TOKENS
 
 BPE_VOCAB_SIZE = 2048
@@ -121,42 +115,12 @@ def train_tokenizer(out: Path) -> None:
     }, indent=2))
 
 
-def init_weights(model: nn.Module, seed: int) -> None:
-    """Normal(0, 0.02) for every matrix, ones for norm scales, as Hugging Face initialises."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if name.endswith("scale"):
-                param.fill_(1.0)
-            else:
-                param.copy_(torch.randn(param.shape, generator=gen) * 0.02)
-
-
-def write_model(out: Path, model_type: str, builder_args: dict, model: nn.Module, tokenizer_dir: Path) -> None:
-    """Write ``model`` as a Hugging Face checkpoint directory, tokenizer files alongside."""
-    out.mkdir(parents=True, exist_ok=True)
-    ids = parse_hf_tokenizer_json(str(tokenizer_dir / "tokenizer.json"))
-    config = hf_config(
-        model_type, builder_args, torch_dtype="float32",
-        bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|endoftext|>"],
-    )
-    (out / "config.json").write_text(json.dumps(config, indent=2))
-    to_hf = CONVERTERS[model_type][1]
-    hf_state = {k: v.contiguous() for k, v in to_hf(model.state_dict(), config).items()}
-    save_file(hf_state, out / "model.safetensors", metadata={"format": "pt"})
-    for f in tokenizer_dir.iterdir():
-        (out / f.name).write_bytes(f.read_bytes())
-
-
 def main(out: Path) -> None:
     tokenizer_dir = out / "tokenizer"
     train_tokenizer(tokenizer_dir)
-    init_weights(model := qwen3(**TINY_QWEN3), seed=0)
-    write_model(out / "qwen3", "QWEN3", TINY_QWEN3, model, tokenizer_dir)
-    init_weights(model := qwen3(**DEMO_QWEN3), seed=2)
-    write_model(out / "qwen3_demo", "QWEN3", DEMO_QWEN3, model, tokenizer_dir)
-    init_weights(model := llama3_1(**TINY_LLAMA3_1), seed=1)
-    write_model(out / "llama3_1", "LLAMA3", TINY_LLAMA3_1, model, tokenizer_dir)
+    for name, model_type, args, seed in [("qwen3", "QWEN3", TINY_QWEN3, 0), ("qwen3_demo", "QWEN3", DEMO_QWEN3, 2),
+                                         ("llama3_1", "LLAMA3", TINY_LLAMA3_1, 1)]:
+        write_random_checkpoint(out / name, model_type, args, tokenizer_dir, dtype=torch.float32, seed=seed)
     # Held-out text: the last stdlib files, which the tokenizer's budget did not reach.
     held_out = [p.read_text(encoding="utf-8") for p in python_source_files()[-12:]]
     (out / "sample.txt").write_text("\n".join(held_out[-3:])[:20_000], encoding="utf-8")
