@@ -47,6 +47,7 @@ from omegaconf import OmegaConf
 from entrodrop.checkpointing import write_random_checkpoint
 from entrodrop.data.sample_store import SampleStore
 from entrodrop.models import shapes
+from entrodrop.models.families import FAMILIES
 from entrodrop.report import read_run
 
 REPO = Path(__file__).resolve().parent.parent
@@ -77,18 +78,10 @@ TRAIN_RUNS = {  # name: (the table's stage, overrides), in the order a round run
 }
 
 
-def build(model_type: str, args: dict):
-    from torchtune.models.llama3_1 import llama3_1
-
-    from entrodrop.models.qwen3._component_builders import qwen3
-
-    return (qwen3 if model_type == "QWEN3" else llama3_1)(**args)
-
-
 def flops_per_token(model_type: str, args: dict, seq_len: int) -> tuple:
     """(training, forward-only) FLOPs per token: 6N + 12·L·H·Q·T and 2N + 4·L·H·Q·T."""
     with torch.device("meta"):
-        model = build(model_type, args)
+        model = FAMILIES[model_type].build(**args)
     n = sum(p.numel() for p in model.parameters())
     if not args.get("tie_word_embeddings", False):
         n -= model.tok_embeddings.weight.numel()  # a lookup; the untied output projection stays

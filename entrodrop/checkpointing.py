@@ -13,15 +13,14 @@ import os
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional
 
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
-from torchtune.models import convert_weights
 
 from entrodrop.errors import FULL_DISK_ERRNOS, CheckpointError, disk_full, naming_full_disk
-from entrodrop.models.qwen3._convert_weights import qwen3_hf_to_tune, qwen3_tune_to_hf
+from entrodrop.models.families import FAMILIES
 from entrodrop.temp_paths import as_umask_allows, temp_dir
 
 StateDict = Dict[str, torch.Tensor]
@@ -37,37 +36,6 @@ PROGRESS_FNAME = "progress.json"
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 # safetensors refuses a longer header; a larger "length" is not one (the file is not safetensors).
 _MAX_HEADER_BYTES = 100_000_000
-
-
-def _attention_shape(config: dict) -> dict:
-    """The arguments torchtune's Llama conversion needs to (un)permute q and k."""
-    return dict(
-        num_heads=config["num_attention_heads"],
-        num_kv_heads=config["num_key_value_heads"],
-        dim=config["hidden_size"],
-        head_dim=config.get("head_dim"),
-    )
-
-
-def _llama3_hf_to_tune(state_dict: StateDict, config: dict) -> StateDict:
-    if config.get("tie_word_embeddings", False):
-        state_dict = {k: v for k, v in state_dict.items() if k != "lm_head.weight"}
-    return convert_weights.hf_to_tune(state_dict, **_attention_shape(config))
-
-
-def _llama3_tune_to_hf(state_dict: StateDict, config: dict) -> StateDict:
-    return convert_weights.tune_to_hf(state_dict, **_attention_shape(config))
-
-
-# model_type -> (Hugging Face to torchtune, torchtune to Hugging Face); each takes the
-# state dict and the checkpoint's config.json.
-CONVERTERS: Dict[str, Tuple[Callable, Callable]] = {
-    "QWEN3": (
-        lambda sd, cfg: qwen3_hf_to_tune(sd, tie_word_embeddings=cfg["tie_word_embeddings"]),
-        lambda sd, cfg: qwen3_tune_to_hf(sd),
-    ),
-    "LLAMA3": (_llama3_hf_to_tune, _llama3_tune_to_hf),
-}
 
 
 def find_weight_files(checkpoint_dir: Path) -> List[str]:
@@ -161,7 +129,7 @@ class HFCheckpointer:
     Args:
         checkpoint_dir (str): directory with ``config.json`` and safetensors weights, one file
             or several with ``model.safetensors.index.json`` (what ``tune download`` creates).
-        model_type (str): ``QWEN3`` or ``LLAMA3`` (Llama3.1 uses torchtune's own conversion).
+        model_type (str): the model family, a key of ``entrodrop.models.families.FAMILIES``.
         output_dir (str): where :meth:`save_checkpoint` writes.
         checkpoint_files (Optional[List[str]]): weight files to read; found from the index
             (or ``model.safetensors``) if None.
@@ -179,9 +147,9 @@ class HFCheckpointer:
         output_dir: str,
         checkpoint_files: Optional[List[str]] = None,
     ) -> None:
-        if model_type not in CONVERTERS:
+        if model_type not in FAMILIES:
             raise ValueError(
-                f"checkpointer.model_type={model_type!r} is not one of {sorted(CONVERTERS)}"
+                f"checkpointer.model_type={model_type!r} is not one of {sorted(FAMILIES)}"
             )
         self._checkpoint_dir = Path(checkpoint_dir)
         self.output_dir = Path(output_dir)
@@ -197,7 +165,7 @@ class HFCheckpointer:
                 "model directory (e.g. one created by `tune download`)"
             )
         self.config = json.loads(config_path.read_text())
-        self._hf_to_tune, self._tune_to_hf = CONVERTERS[model_type]
+        self._family = FAMILIES[model_type]
         self.weight_files = checkpoint_files or find_weight_files(self._checkpoint_dir)
         missing = [f for f in self.weight_files if not (self._checkpoint_dir / f).exists()]
         if missing:
@@ -218,7 +186,7 @@ class HFCheckpointer:
         for fname in self.weight_files:
             with _named(self._checkpoint_dir / fname):
                 merged.update(load_file(self._checkpoint_dir / fname))
-        return {"model": self._hf_to_tune(merged, self.config)}
+        return {"model": self._family.hf_to_tune(merged, self.config)}
 
     def save_checkpoint(self, state_dict: Dict[str, StateDict], name: str,
                         recipe_state: Optional[Dict[str, object]] = None,
@@ -236,7 +204,7 @@ class HFCheckpointer:
         Returns:
             Path: the written directory.
         """
-        hf_state = {k: v.contiguous() for k, v in self._tune_to_hf(state_dict["model"], self.config).items()}
+        hf_state = {k: v.contiguous() for k, v in self._family.tune_to_hf(state_dict["model"], self.config).items()}
         shards: Dict[str, StateDict] = {}
         for key, value in hf_state.items():
             shards.setdefault(self._weight_map.get(key, SINGLE_FNAME), {})[key] = value
@@ -320,18 +288,18 @@ def latest_checkpoint(output_dir: str) -> Optional[Path]:
 
 def write_random_checkpoint(out: Path, model_type: str, builder_args: Dict, tokenizer_dir: Path,
                             device: str = "cpu", dtype: torch.dtype = torch.bfloat16, seed: int = 0) -> None:
-    """A Hugging Face checkpoint of a model built from ``builder_args`` (``qwen3(...)`` or
-    ``llama3_1(...)``) with random weights: Normal(0, 0.02) matrices, unit norm scales, drawn
-    from ``seed`` on ``device``. ``tokenizer_dir``'s files go alongside; its ``<|endoftext|>``
-    is the BOS and EOS id. For benchmarks and demos at real shapes, without the hub."""
-    from torchtune.models.llama3_1 import llama3_1
+    """A Hugging Face checkpoint of a model of the family ``model_type`` built from ``builder_args``
+    with random weights: Normal(0, 0.02) matrices, unit norm scales (as Hugging Face initialises),
+    drawn from ``seed`` on ``device``. ``tokenizer_dir``'s files go alongside; its ``<|endoftext|>``
+    is the BOS and EOS id. For the tiny test models, and benchmarks and demos at real shapes, without
+    the hub."""
     from torchtune.modules.transforms.tokenizers import parse_hf_tokenizer_json
 
     from entrodrop.models.hf_config import hf_config
-    from entrodrop.models.qwen3._component_builders import qwen3
 
+    family = FAMILIES[model_type]
     with torch.device(device):
-        model = (qwen3 if model_type == "QWEN3" else llama3_1)(**builder_args).to(dtype)
+        model = family.build(**builder_args).to(dtype)
     generator = torch.Generator(device).manual_seed(seed)
     with torch.no_grad():
         for name, param in model.named_parameters():
@@ -342,7 +310,7 @@ def write_random_checkpoint(out: Path, model_type: str, builder_args: Dict, toke
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(config, indent=2))
-    state = {k: v.contiguous().cpu() for k, v in CONVERTERS[model_type][1](model.state_dict(), config).items()}
+    state = {k: v.contiguous().cpu() for k, v in family.tune_to_hf(model.state_dict(), config).items()}
     save_file(state, out / SINGLE_FNAME, metadata={"format": "pt"})
     as_umask_allows(out / SINGLE_FNAME)  # save_file's are 0600
     for f in Path(tokenizer_dir).iterdir():

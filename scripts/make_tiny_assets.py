@@ -7,9 +7,9 @@ writes
     tokenizer/   a byte-level BPE in Qwen's format (vocab.json + merges.txt, and tokenizer.json
                  for the Hugging Face side), trained on real text that ships with Python:
                  the standard library's source and the prose of its pydoc topics
-    qwen3/       a tiny Qwen3 (tied embeddings, head_dim != embed_dim / num_heads, GQA) as a
-                 Hugging Face checkpoint: config.json, model.safetensors, tokenizer files
-    llama3_1/    a tiny Llama3.1 (llama3 rope scaling, untied) as a Hugging Face checkpoint
+    qwen3/, llama3_1/  for each model family (entrodrop/models/families.py), its tiny model
+                 (tiny_shape, random weights) as a Hugging Face checkpoint in its tiny_dir:
+                 config.json, model.safetensors, tokenizer files
     qwen3_demo/  a Qwen3 of 4 layers, width 256, 3.7M parameters, random weights: the CPU
                  demo's model until 2026-11-26, now benchmarks/bench_recipe.py's and bench_loader.py's
     sample.txt   a slice of real text for smoke runs
@@ -18,7 +18,7 @@ writes
                  16 held-out blocks for validation
     general.jsonl a general-domain corpus (English prose: the paragraphs of pydoc's topic pages)
 
-The model hyper-parameters below are repeated in configs/tiny/*.yaml; the recipes check the
+The tiny models' hyper-parameters are repeated in configs/tiny/*.yaml; the recipes check the
 YAML against each config.json when they load, so the two cannot drift apart silently.
 Running it again with the same Python gives the same files.
 """
@@ -43,6 +43,7 @@ from tokenizers import (
 from torchtune.models.qwen2._tokenizer import PRETOKENIZE_REGEX
 
 from entrodrop.checkpointing import write_random_checkpoint
+from entrodrop.models.families import FAMILIES
 from entrodrop.models.qwen3._model_builders import QWEN3_SPECIAL_TOKENS
 
 BPE_VOCAB_SIZE = 2048
@@ -51,15 +52,9 @@ BPE_VOCAB_SIZE = 2048
 NUM_SPECIAL = len(QWEN3_SPECIAL_TOKENS)
 VOCAB_SIZE = -(-(BPE_VOCAB_SIZE + NUM_SPECIAL) // 64) * 64
 
-TINY_QWEN3 = dict(
-    vocab_size=VOCAB_SIZE, num_layers=2, num_heads=4, num_kv_heads=2, embed_dim=64,
-    intermediate_dim=192, max_seq_len=2048, head_dim=32, norm_eps=1e-6, rope_base=1_000_000.0,
-    tie_word_embeddings=True,
-)
-TINY_LLAMA3_1 = dict(
-    vocab_size=VOCAB_SIZE, num_layers=2, num_heads=4, num_kv_heads=2, embed_dim=64,
-    intermediate_dim=192, max_seq_len=131_072, norm_eps=1e-5, rope_base=500_000, scale_factor=8,
-)
+# model_type -> the builder arguments of its tiny model: the family's shape, the tiny vocabulary
+TINY = {name: {"vocab_size": VOCAB_SIZE, **family.tiny_shape} for name, family in FAMILIES.items()}
+TINY_QWEN3, TINY_LLAMA3_1 = TINY["QWEN3"], TINY["LLAMA3"]  # the two the tests load by name
 # The CPU demo's model until 2026-11-26 (configs/demo names its own, smaller one since), which the
 # CPU benchmarks (benchmarks/bench_recipe.py, bench_loader.py) keep measuring.
 DEMO_QWEN3 = dict(
@@ -118,9 +113,10 @@ def train_tokenizer(out: Path) -> None:
 def main(out: Path) -> None:
     tokenizer_dir = out / "tokenizer"
     train_tokenizer(tokenizer_dir)
-    for name, model_type, args, seed in [("qwen3", "QWEN3", TINY_QWEN3, 0), ("qwen3_demo", "QWEN3", DEMO_QWEN3, 2),
-                                         ("llama3_1", "LLAMA3", TINY_LLAMA3_1, 1)]:
-        write_random_checkpoint(out / name, model_type, args, tokenizer_dir, dtype=torch.float32, seed=seed)
+    for name, family in FAMILIES.items():
+        write_random_checkpoint(out / family.tiny_dir, name, TINY[name], tokenizer_dir, dtype=torch.float32,
+                                seed=family.tiny_seed)
+    write_random_checkpoint(out / "qwen3_demo", "QWEN3", DEMO_QWEN3, tokenizer_dir, dtype=torch.float32, seed=2)
     # Held-out text: the last stdlib files, which the tokenizer's budget did not reach.
     held_out = [p.read_text(encoding="utf-8") for p in python_source_files()[-12:]]
     (out / "sample.txt").write_text("\n".join(held_out[-3:])[:20_000], encoding="utf-8")

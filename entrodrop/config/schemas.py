@@ -38,6 +38,7 @@ from entrodrop.data.rendering import FIRST_USER_TURN, STYLES, UNKNOWN_ROLES, tem
 from entrodrop.data.sources import LOCAL_BUILDERS
 from entrodrop.errors import raise_problems
 from entrodrop.method.dropout import AUTO, SCHEDULES, SIGNALS, TARGETING
+from entrodrop.models.families import FAMILIES
 
 Rule = Tuple[Sequence[str], Callable[[DictConfig], List[str]]]  # (keys it reads, cfg -> problems)
 
@@ -401,7 +402,7 @@ EVALUATE = {
     "dtype": one_of(*DTYPES),
     "backend": one_of(*BACKENDS),
     "model": Component(),
-    "model_type": one_of("QWEN3", "LLAMA3"),
+    "model_type": one_of(*FAMILIES),
     "tokenizer": Component(),
     "evaluation": {
         "validation": {

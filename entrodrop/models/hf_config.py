@@ -17,29 +17,12 @@ from torchtune import config as tune_config
 from torchtune.modules import TiedLinear
 
 from entrodrop.errors import ConfigError
-
-# builder argument -> config.json field, shared by Qwen3 and Llama3.1
-_COMMON = {
-    "vocab_size": "vocab_size",
-    "num_layers": "num_hidden_layers",
-    "num_heads": "num_attention_heads",
-    "num_kv_heads": "num_key_value_heads",
-    "embed_dim": "hidden_size",
-    "intermediate_dim": "intermediate_size",
-    "norm_eps": "rms_norm_eps",
-    "rope_base": "rope_theta",
-}
-_FIELDS = {
-    "QWEN3": {**_COMMON, "head_dim": "head_dim", "tie_word_embeddings": "tie_word_embeddings"},
-    "LLAMA3": _COMMON,
-}
-# torchtune's Llama3ScaledRoPE fixes these; only scale_factor is a builder argument.
-_LLAMA3_ROPE_SCALING = {"rope_type": "llama3", "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                        "original_max_position_embeddings": 8192}
+from entrodrop.models.families import FAMILIES
 
 
 def hf_config(model_type: str, builder_args: Dict[str, Any], **extra: Any) -> Dict[str, Any]:
-    """The ``config.json`` of a model built with ``builder_args`` (``qwen3(...)`` or ``llama3_1(...)``).
+    """The ``config.json`` of a model of the family ``model_type`` (a key of ``FAMILIES``) built
+    with ``builder_args``; ``extra`` fields (dtype, token ids) are added last.
 
     Example:
         >>> hf_config("QWEN3", dict(vocab_size=64, num_layers=1, num_heads=2, num_kv_heads=1,
@@ -47,17 +30,10 @@ def hf_config(model_type: str, builder_args: Dict[str, Any], **extra: Any) -> Di
         ...     rope_base=1e6, tie_word_embeddings=True))["architectures"]
         ['Qwen3ForCausalLM']
     """
-    config = {hf: builder_args[arg] for arg, hf in _FIELDS[model_type].items()}
+    family = FAMILIES[model_type]
+    config = {hf: builder_args[arg] for arg, hf in family.config_fields.items()}
     config.update(hidden_act="silu", attention_bias=False, max_position_embeddings=builder_args["max_seq_len"])
-    if model_type == "QWEN3":
-        config.update(architectures=["Qwen3ForCausalLM"], model_type="qwen3")
-    else:
-        config.update(
-            architectures=["LlamaForCausalLM"],
-            model_type="llama",
-            tie_word_embeddings=False,
-            rope_scaling={"factor": float(builder_args["scale_factor"]), **_LLAMA3_ROPE_SCALING},
-        )
+    config.update(family.config_extra(builder_args))
     config.update(extra)
     return config
 
@@ -94,26 +70,30 @@ def built_on_meta(model_cfg: Mapping[str, Any]) -> nn.Module:
                           f"{type(error).__name__}: {error}") from None
 
 
-def differences(model: nn.Module, config: Dict[str, Any]) -> Dict[str, Tuple[Any, Any]]:
-    """config.json field -> (``model``'s value, ``config``'s) for each field where they differ.
-
-    Fields that ``config.json`` leaves out take Hugging Face's defaults:
-    ``head_dim = hidden_size // num_attention_heads`` and untied embeddings.
-    """
+def as_transformers_reads(config: Dict[str, Any]) -> Dict[str, Any]:
+    """``config`` with the fields it leaves out at Hugging Face's defaults
+    (``head_dim = hidden_size // num_attention_heads``, untied embeddings), and the rotary base
+    where transformers 5 writes it (inside ``rope_parameters``)."""
     expected = {
         "head_dim": config["hidden_size"] // config["num_attention_heads"],
         "tie_word_embeddings": False,
         **config,
     }
-    # transformers 5 writes the rotary base inside "rope_parameters".
     if "rope_theta" in config.get("rope_parameters", {}):
         expected["rope_theta"] = config["rope_parameters"]["rope_theta"]
+    return expected
+
+
+def differences(model: nn.Module, config: Dict[str, Any]) -> Dict[str, Tuple[Any, Any]]:
+    """config.json field -> (``model``'s value, ``config``'s as transformers reads it) for each
+    field where they differ."""
+    expected = as_transformers_reads(config)
     return {field: (value, expected[field]) for field, value in describe(model).items()
             if field in expected and value != expected[field]}
 
 
-# config.json field -> the builder argument that sets it (Llama 3.1's builders take a subset)
-_ARGUMENT_OF = {hf: arg for arg, hf in _FIELDS["QWEN3"].items()}
+# config.json field -> the builder argument that sets it, in any family (some builders take a subset)
+_ARGUMENT_OF = {hf: arg for family in FAMILIES.values() for arg, hf in family.config_fields.items()}
 
 
 def _problem(model_cfg: Mapping[str, Any], field: str, ours: Any, theirs: Any, config_path: str) -> str:
