@@ -14,6 +14,7 @@ from safetensors.torch import load_file
 from torchtune.models.llama3_1 import llama3_1
 
 from entrodrop.checkpointing import INDEX_FNAME, HFCheckpointer, find_weight_files
+from entrodrop.models.families import FAMILIES
 from entrodrop.models.hf_config import differences
 from entrodrop.models.qwen3._component_builders import qwen3
 from entrodrop.models.qwen3._convert_weights import qwen3_hf_to_tune
@@ -110,16 +111,14 @@ def test_llama3_1_matches_transformers_and_round_trips(tmp_path):
     check_parity_and_round_trip(reference, model, "LLAMA3", tmp_path)
 
 
-@pytest.mark.parametrize("name, model_cls", [("qwen3", "Qwen3ForCausalLM"), ("llama3_1", "LlamaForCausalLM")])
-def test_tiny_assets_load_in_transformers_with_our_logits(tiny_assets, make_tiny_assets, name, model_cls, tmp_path):
-    build, args, model_type = {
-        "qwen3": (qwen3, make_tiny_assets.TINY_QWEN3, "QWEN3"),
-        "llama3_1": (llama3_1, make_tiny_assets.TINY_LLAMA3_1, "LLAMA3"),
-    }[name]
-    checkpointer = HFCheckpointer(str(tiny_assets / name), model_type, str(tmp_path))
-    model = build(**args).eval()
+@pytest.mark.parametrize("family", FAMILIES.values(), ids=FAMILIES.keys())
+def test_tiny_assets_load_in_transformers_with_our_logits(tiny_assets, make_tiny_assets, family, tmp_path):
+    args, checkpoint = make_tiny_assets.TINY[family.name], tiny_assets / family.tiny_dir
+    checkpointer = HFCheckpointer(str(checkpoint), family.name, str(tmp_path))
+    model = family.build(**args).eval()
     model.load_state_dict(checkpointer.load_checkpoint()["model"], strict=True)
-    reference = getattr(transformers, model_cls).from_pretrained(tiny_assets / name).eval()
+    (model_cls,) = checkpointer.config["architectures"]
+    reference = getattr(transformers, model_cls).from_pretrained(checkpoint).eval()
     tokens = torch.randint(0, args["vocab_size"], (1, 64), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         torch.testing.assert_close(model(tokens), reference(tokens).logits, atol=1e-4, rtol=0)
