@@ -1,2 +1,3 @@
-"""Model builders torchtune 0.6.1 lacks (``entrodrop.models.qwen3``) and the checkpoint
-``config.json`` helpers; Llama3.1 comes from ``torchtune.models.llama3_1``."""
+"""The model families a checkpoint may hold (``families.FAMILIES``), the model builders torchtune
+0.6.1 lacks (``entrodrop.models.qwen3``) and the checkpoint ``config.json`` helpers; Llama3.1
+comes from ``torchtune.models.llama3_1``."""
