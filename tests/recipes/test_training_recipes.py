@@ -472,7 +472,7 @@ def test_a_new_best_leaves_no_stale_checkpoint_and_resume_removes_what_killed_sa
     assert sorted(p.name for p in checkpoints.iterdir()) == ["step_5"]
 
 
-# token_dropout.signal: loss (issue 24). 30 steps of 8 x 256, about 2.2 target epochs (one is
+# token_dropout.signal: loss. 30 steps of 8 x 256, about 2.2 target epochs (one is
 # about 14 steps), tokens dropped from the first step (midpoint 0): from the second epoch on,
 # the gate ranks by the recorded losses. A checkpoint every 3 steps, for the SIGKILL tests.
 SIGNAL_LOSS = ["total_tokens=61440", "token_dropout.midpoint=0", "save_every_n_steps=3", *NO_EVAL,

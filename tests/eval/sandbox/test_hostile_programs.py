@@ -1,5 +1,5 @@
-"""Hostile programs against the code sandbox (entrodrop.eval.sandbox), one for each way out
-that issue 33 found open: each must fail to reach outside its sandbox and fail to forge a pass,
+"""Hostile programs against the code sandbox (entrodrop.eval.sandbox), one for each way out it
+closes: each must fail to reach outside its sandbox and fail to forge a pass,
 and the evaluation must go on. Every test runs under bubblewrap (skipped where it cannot run
 here) and under the project's own layer (skipped where the kernel lacks what a protection needs).
 """
@@ -81,8 +81,8 @@ def x32(number):  # the x32 ABI: the native number with bit 30 set
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="i386 and x32 system calls exist on x86-64 only")
 @pytest.mark.parametrize("call", ["i386(20)", "i386(2)", "x32(39)"], ids=["i386-getpid", "i386-fork", "x32-getpid"])
 def test_a_system_call_under_another_architecture_kills_the_program(sandbox, call):
-    """The filter checks the architecture first: before issue 33 an i386 fork got through and
-    its children outlived the evaluation."""
+    """The filter checks the architecture first: another ABI numbers its calls otherwise, so
+    without that check an i386 fork gets through and its children outlive the evaluation."""
     program = MACHINE_CODE + f"if {call} == 0:\n    time.sleep(60)  # a forked child that would outlive it\nprint(5)"
     hostile, good = run_all([{**GOOD, "code": program}, GOOD], Limits(sandbox=sandbox))
     assert not good_passes(hostile) and "SIGSYS" in hostile.error
@@ -593,9 +593,9 @@ exec(problem["prompt"] + problem["canonical_solution"])
 
 
 def test_no_forgery_makes_a_wrong_program_pass(sandbox, monkeypatch):
-    """Each forgery of issue 33 after a wrong answer (so one that worked, such as running the
+    """Each of ``FORGERIES`` after a wrong answer (so one that worked, such as running the
     canonical solution, would replace it), through the HumanEval filter the task YAMLs call: each
-    fails now that the tests are outside; the right program passes."""
+    fails, since the tests run outside the program's process; the right program passes."""
     monkeypatch.setenv("HF_ALLOW_CODE_EVAL", "1")
     monkeypatch.setattr(code_tasks, "LIMITS", Limits(timeout_s=5.0, sandbox=sandbox))
     wrong = "\ndef has_close_elements(numbers, threshold):\n    return True\n"

@@ -3,10 +3,9 @@
 (without bubblewrap, the harness; inside it the program is its PID namespace's init, whose
 parent is out of sight: ``getppid()`` is 0) and at another problem's running
 candidate (same user, same sandbox), given its pid on stdin: each call must be refused, both
-processes left as they were, and the harness must run the next program. A review (issue 39)
-found these open: they stopped the harness, killed the next problem's candidate and kept the
-next one from starting. Every test runs under bubblewrap (skipped where it cannot run here) and
-under the own layer."""
+processes left as they were, and the harness must run the next program: one that got through
+could stop the harness, kill the next problem's candidate or keep the next one from starting.
+Every test runs under bubblewrap (skipped where it cannot run here) and under the own layer."""
 
 import os
 import socket

@@ -1,12 +1,12 @@
-"""What a reply can cost the evaluation (entrodrop.eval.sandbox). A review (issue 39) found a
-functional LiveCodeBench answer tagged as a set of 25,000 integers of one hash (equal modulo
-2**61 - 1, Python's hash modulus) cost about 6 s a test to decode, once in the harness and again
-in the evaluation, which had no deadline on it: 49-63 s for one 4-test problem. Python places a
-set's or a dict's item by walking past every earlier item of the same hash, so where a value is
-built (for HumanEval's and MBPP's tests, in the harness) it is refused for its hashes before,
-with the reason, and a correct answer with sets and dicts scores as before. A functional answer
-(LiveCodeBench) is never built: its shape is checked, in the harness and in the evaluation, and
-it is compared as it came; encoding it again cost the depth of its nested sets times its size.
+"""What a reply can cost the evaluation (entrodrop.eval.sandbox). Python places a set's or a
+dict's item by walking past every earlier item of the same hash, so decoding a reply tagged as a
+set of 25,000 integers of one hash (equal modulo 2**61 - 1, Python's hash modulus) would cost
+about 6 s a test: for a functional LiveCodeBench answer decoded in the harness and again in the
+evaluation, about a minute for one 4-test problem. So where a value is built (for HumanEval's
+and MBPP's tests, in the harness) it is refused for its hashes first, with the reason, and a
+correct answer with sets and dicts still scores. A functional answer (LiveCodeBench) is never
+built: its shape is checked, in the harness and in the evaluation, and it is compared as it
+came, since encoding it again would cost the depth of its nested sets times its size.
 A harness stuck past its tests' deadline is killed ``MARGIN_S`` after it, and a reply's items are
 capped (``Limits.reply_items``). The sandbox tests run under bubblewrap (skipped where it cannot
 run here) and under the own layer."""

@@ -1,7 +1,7 @@
-"""MBPP's tests of every shape run as in the program's own process (issue 39, item 7): values of
-the standard library's types cross both ways, and the objects the tests build stay in the
-candidate, reached through handles (attributes, methods, identity, truth). Every one of these
-failed every program before: the values were "not plain", the trees had no attributes. And each
+"""MBPP's tests of every shape run as in the program's own process: values of the standard
+library's types cross both ways, and the objects the tests build stay in the candidate, reached
+through handles (attributes, methods, identity, truth). Each shape is one an MBPP task's tests
+use, so a sandbox that passed plain values only would fail every program of that task. And each
 benchmark's programs run in the environment its own runner gives them."""
 
 import json
