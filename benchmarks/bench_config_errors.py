@@ -2,7 +2,7 @@
 
     python benchmarks/bench_config_errors.py [--repeats 3]
 
-Each mistake of issue 23 (an optimizer value, a length above the model's max_seq_len, a missing
+Each of three mistakes (an optimizer value, a length above the model's max_seq_len, a missing
 tokenizer file) is given to the tiny training config through the real `tune run`, in a fresh
 process each time; the floor is `python -c "import torchtune"`, which `tune` pays before it reads
 the config. Target: each reported within 4 s, in one message with no traceback, before lm-eval's

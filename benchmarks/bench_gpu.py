@@ -16,7 +16,7 @@ ids). Then, each through ``tune run`` with the model's own configs under ``confi
     train        recipes/entrodrop_single_device.py, ``--rows`` rows of ``--seq-len`` tokens a
                  step, the config's micro-batch, compile and activation checkpointing, EntroDrop
                  off (``schedule=none``) and static (``gamma_max`` from step 0: the gate and the
-                 mask at full strength), and static with ``signal=loss`` (issue 24: the gate ranks
+                 mask at full strength), and static with ``signal=loss`` (the gate ranks
                  each token's last training loss, kept in a store of 2 bytes a target token);
                  same seed and batches, interleaved off, static, loss, then loss, static, off
                  (``--repeats`` times)

@@ -15,15 +15,15 @@ the mean loss, gradients of the hidden states and the weight. Three ways:
 3. ``fused``: ``entrodrop.loss.linear_cross_entropy``, ``chunk_size`` tokens at a time, logits
    recomputed in backward;
 4. with ``--device cuda`` only: ``liger``, liger-kernel's fused linear cross entropy
-   (``LinearCrossEntropy(impl="liger")``, ``pip install -e '.[gpu]'``), the other candidate
-   issue 13 names.
+   (``LinearCrossEntropy(impl="liger")``, ``pip install -e '.[gpu]'``), the other fused
+   candidate.
 
 Each runs in a child process of its own, ``--repeats`` times; the table shows the median
 seconds and the peak memory above what the process held with its inputs in place, the
 weight's gradient (the size of the weight) included: on CPU peak resident memory
 (``ru_maxrss``), fp32; on CUDA ``max_memory_allocated``, bf16, one warm-up step first and the
 device synchronized around each timed one. The loss column shows each variant's value and its
-relative difference from the unfused one (the 1e-3 bar of issue 13). On CPU the unfused run
+relative difference from the unfused one (a fused loss must stay within 1e-3 of it). On CPU the unfused run
 needs about 15 GB more than its inputs at the default sizes; the script refuses to start one
 that the machine's available memory cannot hold.
 """

@@ -5,8 +5,8 @@
 Three comparisons, each run through the real `tune run`, interleaved ``--repeats`` times (in
 reverse order every other time), the median of the per-step figures after 5 warm-up steps:
 
-1. EntroDrop's cost, on the demo model (`assets/tiny/qwen3_demo`: the 4-layer, 256-wide Qwen3
-   that `make demo` trained until 2026-11-26, with configs/demo's settings, 8 x 256 tokens a
+1. EntroDrop's cost, on the demo model (`assets/tiny/qwen3_demo`: a 4-layer, 256-wide Qwen3,
+   larger than the one `make demo` trains, with configs/demo's settings, 8 x 256 tokens a
    step): our recipe with token dropout active every
    step (``schedule=static``, so the gate and the mask are computed at full strength) against
    the same run with ``schedule=none`` (nothing computed). Same seed, same batches. Separate
@@ -21,7 +21,7 @@ reverse order every other time), the median of the per-step figures after 5 warm
    packed text-completion dataset, ours the mixed stream, so real-token counts differ with
    the padding; the comparison is in token slots per second (8 x 256 / step time).
    Target: ours at least 0.98x the stock recipe.
-3. ``token_dropout.signal: loss`` against ``signal: entropy`` (issue 24), on the demo model
+3. ``token_dropout.signal: loss`` against ``signal: entropy`` on the demo model
    with EntroDrop static: the entropy and loss runs are neighbours in every repeat, and the
    ratio is the median over their steps, paired step by step. In one process, alternating
    steps, each as the recipe takes it (the loss's per-token values, the store's lookup and
@@ -240,7 +240,7 @@ def main() -> None:
                 "evaluation.validation.target_tokens=null", "evaluation.validation.target_entropy=null",
                 "evaluation.lm_eval.tasks.code=[]"]
         # The demo model's own entropies: training refuses a cache computed by another model. Its
-        # shape is named here: configs/demo has trained a smaller model since 2026-11-26.
+        # shape is named here: configs/demo trains a smaller model.
         from make_tiny_assets import DEMO_QWEN3
 
         shape = [f"model.{k}={v}" for k, v in DEMO_QWEN3.items()]

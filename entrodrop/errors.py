@@ -4,8 +4,8 @@ be read. Each message names the problem and the way out, so the recipes print th
 alone, with no traceback (``entrodrop.config.cli``). Any other exception is a bug, and keeps its
 traceback.
 
-Each subclass also derives from the built-in error it used to be (``ValueError``,
-``FileExistsError``...), so ``except ValueError`` still catches it.
+Each subclass also derives from the built-in error of its kind (``ValueError``,
+``FileExistsError``...), so code that catches the built-in one (``except ValueError``) catches it.
 """
 
 import errno

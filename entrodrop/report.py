@@ -27,10 +27,10 @@ The target group is the one given, else the one the runs' saved configs name
 (``evaluation.lm_eval.target_group``, ``choose_target_group``); runs that scored task groups but
 name none of them, or several, need it given. Runs that scored no task group have no average.
 
-and proposes the curriculum midpoint j0 from a baseline run: the target epoch where its
-validation loss stops falling, the paper's "transition from productive learning to
-memorization". A baseline whose loss is lowest at its last evaluation has not turned up yet:
-then nothing is proposed, and the table says so.
+Given a baseline run, ``write_report`` also proposes the curriculum midpoint j0 from it
+(``propose_midpoint``): the target epoch where its validation loss stops falling, the paper's
+"transition from productive learning to memorization". A baseline whose loss is lowest at its
+last evaluation has not turned up yet: then nothing is proposed, and the table says so.
 
 A run with ``token_dropout.midpoint: auto`` found j0 itself: its evaluation records carry it
 (``auto_midpoint``: target epoch, step, and the step that fixed it) from the evaluation that

@@ -240,8 +240,8 @@ def write_summary(out: Path, results: List[dict], started: str, device: str, sec
 
 
 # What the output directory holds: summary.md, summary.json and the stages' logs packed in one
-# file, three files in all, since a device call brings back at most eight (and left out summary.md
-# on 2026-11-26, when every log lay beside it).
+# file, three files in all, since a device call brings back at most eight: with every log beside
+# it, summary.md could be among those left out.
 LOGS = "logs.tar.gz"
 
 

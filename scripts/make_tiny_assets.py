@@ -11,7 +11,7 @@ writes
                  (tiny_shape, random weights) as a Hugging Face checkpoint in its tiny_dir:
                  config.json, model.safetensors, tokenizer files
     qwen3_demo/  a Qwen3 of 4 layers, width 256, 3.7M parameters, random weights: the CPU
-                 demo's model until 2026-11-26, now benchmarks/bench_recipe.py's and bench_loader.py's
+                 benchmarks' model (bench_recipe.py, bench_loader.py), larger than configs/demo's
     sample.txt   a slice of real text for smoke runs
     target.jsonl a small target-domain corpus (code: top-level blocks of stdlib modules the
                  tokenizer did not see), one {"text": ...} record a line, and target_val.jsonl,
@@ -55,8 +55,8 @@ VOCAB_SIZE = -(-(BPE_VOCAB_SIZE + NUM_SPECIAL) // 64) * 64
 # model_type -> the builder arguments of its tiny model: the family's shape, the tiny vocabulary
 TINY = {name: {"vocab_size": VOCAB_SIZE, **family.tiny_shape} for name, family in FAMILIES.items()}
 TINY_QWEN3, TINY_LLAMA3_1 = TINY["QWEN3"], TINY["LLAMA3"]  # the two the tests load by name
-# The CPU demo's model until 2026-11-26 (configs/demo names its own, smaller one since), which the
-# CPU benchmarks (benchmarks/bench_recipe.py, bench_loader.py) keep measuring.
+# The CPU benchmarks' model (benchmarks/bench_recipe.py, bench_loader.py); configs/demo trains
+# a smaller one of its own.
 DEMO_QWEN3 = dict(
     vocab_size=VOCAB_SIZE, num_layers=4, num_heads=8, num_kv_heads=4, embed_dim=256,
     intermediate_dim=768, max_seq_len=2048, head_dim=32, norm_eps=1e-6, rope_base=1_000_000.0,

@@ -12,14 +12,18 @@ themselves for a machine without a GPU, never of a GPU.
 """
 
 import importlib.util
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Callable, List
 
 import pytest
 import torch
+
+from entrodrop.eval.sandbox.code_runner import Run, passed, same_stdout, sandbox_in_use
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "assets" / "tiny"
@@ -77,6 +81,101 @@ def cuda_only(device: torch.device, what: str) -> None:
     """Skip the rest of a ``gpu`` test that runs on the CPU (GPU_TESTS_ON_CPU=1): ``what`` needs CUDA."""
     if device.type != "cuda":
         pytest.skip(f"{what} needs CUDA (GPU_TESTS_ON_CPU=1 runs the rest of the GPU tests on the CPU)")
+
+
+# ------------------------------------------------------------------ the training recipes' tests
+
+SINGLE = "configs/tiny/qwen3_entrodrop_single_device.yaml"
+DISTRIBUTED = "configs/tiny/qwen3_entrodrop_distributed.yaml"
+# Most tests train without evaluating; evaluation has tests of its own.
+NO_EVAL = ["evaluation.validation.target_tokens=null", "evaluation.lm_eval.tasks.code=[]"]
+CHUNKED_CE = ["loss._component_=torchtune.modules.loss.CEWithChunkedOutputLoss", "loss.num_output_chunks=2",
+              "~loss.chunk_size", "~loss.impl"]
+
+
+def train_args(config: str, data: list, out: Path, *overrides: str) -> list:
+    """The ``tune run`` arguments that train ``config`` (SINGLE or DISTRIBUTED) on ``data`` into ``out``."""
+    return ["recipes/" + Path(config).stem.split("qwen3_")[1] + ".py", "--config", config,
+            f"output_dir={out}", *data, *overrides]
+
+
+def run_ok(tune_run, *args, nproc=1):
+    """``tune_run(*args)``, which must exit 0 (else its stderr's end is the failure)."""
+    result = tune_run(*args, nproc=nproc)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return result
+
+
+def logged(out: Path) -> dict:
+    """step -> the metrics it logged (training and evaluation lines merged; a later line wins)."""
+    steps = {}
+    for log in sorted((out / "logs").glob("log_*.txt")):
+        for line in log.read_text().splitlines():
+            step, rest = re.match(r"Step (\d+) \| (.*)", line).groups()
+            steps.setdefault(int(step), {}).update(item.split(":", 1) for item in rest.split())
+    return steps
+
+
+# ------------------------------------------------------------------ the sandbox's tests
+
+def usable_sandbox(layer: str) -> str:
+    """``layer`` ("bubblewrap" or "own"), or skip the test where bubblewrap cannot run here."""
+    if layer == "bubblewrap" and sandbox_in_use("auto") != "bubblewrap":
+        pytest.skip("bubblewrap cannot run here (no user namespaces?); the own layer is tested alone")
+    return layer
+
+
+@pytest.fixture(params=["bubblewrap", "own"])
+def sandbox(request) -> str:
+    """Each layer a sandbox test runs under: bubblewrap (where it runs here), then the own layer."""
+    return usable_sandbox(request.param)
+
+
+# A hostile program's opening: ``attempt(fn)`` is "reached" if ``fn`` ran, "refused" if it raised OSError.
+ATTEMPT = """
+import os, signal, socket, sys
+def attempt(fn):
+    try:
+        fn()
+        return "reached"
+    except OSError:
+        return "refused"
+"""
+# A correct program, run after a hostile one to show the evaluation goes on.
+GOOD = {"kind": "stdin", "code": "a, b = map(int, input().split())\nprint(a + b)", "inputs": ["2 3\n"]}
+
+
+def good_passes(result: Run) -> bool:
+    return passed(result, ["5\n"], same_stdout)
+
+
+# ------------------------------------------------------------------ the report's tests
+
+def fake_run(root, name, val_losses, groups=("code",), **fields):
+    """A run directory as the training recipes leave it: a metric log and one evaluation an epoch
+    (each record with ``fields`` too, e.g. the ``limit`` its tasks were scored with)."""
+    run = root / name
+    (run / "logs").mkdir(parents=True)
+    (run / "logs" / "log_1.txt").write_text(
+        "".join(f"Step {s} | loss:{3 - s / 100} gamma_max:0.0 gamma:0.0\n" for s in range(1, 11)))
+    (run / "eval").mkdir()
+    (run / "eval" / "evals.jsonl").write_text("".join(
+        json.dumps({"step": epoch * 10, "target_epoch": float(epoch), "val_loss": {"all": loss, "low": loss, "high": loss},
+                    "groups": {g: -loss for g in groups}, **fields}) + "\n"
+        for epoch, loss in enumerate(val_losses, start=1)))
+    return run
+
+
+def columns_of(table: str) -> List[List[str]]:
+    """The columns of each markdown table in ``table`` (header first), as lists of cells."""
+    tables, rows = [], []
+    for line in table.splitlines() + [""]:
+        if line.startswith("|") and not line.startswith("|---"):
+            rows.append([cell.strip() for cell in line.strip("|").split("|")])
+        elif not line.startswith("|") and rows:
+            tables += [list(column) for column in zip(*rows)]
+            rows = []
+    return tables
 
 
 def _load_script(name: str, folder: str = "scripts"):

@@ -4,10 +4,11 @@ what exists listed."""
 
 import json
 import sys
-from typing import List, Optional
+from typing import Optional
 
 import numpy as np
 import torch
+from conftest import REPO, _load_script, columns_of, fake_run
 
 from entrodrop.eval.records import (
     record_evaluation,
@@ -21,25 +22,8 @@ from entrodrop.report import (
 )
 
 
-def fake_run(root, name, val_losses, groups=("code",), **fields):
-    """A run directory as the training recipes leave it: a metric log and one evaluation an epoch
-    (each record with ``fields`` too, e.g. the ``limit`` its tasks were scored with)."""
-    run = root / name
-    (run / "logs").mkdir(parents=True)
-    (run / "logs" / "log_1.txt").write_text(
-        "".join(f"Step {s} | loss:{3 - s / 100} gamma_max:0.0 gamma:0.0\n" for s in range(1, 11)))
-    (run / "eval").mkdir()
-    (run / "eval" / "evals.jsonl").write_text("".join(
-        json.dumps({"step": epoch * 10, "target_epoch": float(epoch), "val_loss": {"all": loss, "low": loss, "high": loss},
-                    "groups": {g: -loss for g in groups}, **fields}) + "\n"
-        for epoch, loss in enumerate(val_losses, start=1)))
-    return run
-
-
 def report(monkeypatch, capsys, *args):
     """Run scripts/report.py's main() in this process: (exit status, stdout, stderr)."""
-    from conftest import _load_script
-
     monkeypatch.setattr(sys, "argv", ["report.py", *map(str, args)])
     try:
         _load_script("report").main()
@@ -86,8 +70,6 @@ def test_bad_arguments_are_errors_that_list_what_exists(tmp_path, monkeypatch, c
 
 
 def test_the_demo_takes_the_reports_proposal_and_says_when_it_falls_back(tmp_path):
-    from conftest import _load_script
-
     demo = _load_script("demo")
     epochs, line = demo.choose_midpoint(read_run(fake_run(tmp_path, "turns", [2.0, 1.6, 1.4, 1.5])))
     assert epochs == 3.0 and "midpoint from the report" in line and "token_dropout.midpoint: 3.00" in line
@@ -106,7 +88,6 @@ def test_figure_1b_plots_the_target_score_against_the_loss_only_for_a_target_gro
 
 
 def test_figure_5c_shows_a_held_out_sample_with_the_gates_choice(data, tmp_path, monkeypatch, capsys):
-    from conftest import REPO
     from omegaconf import OmegaConf
 
     from entrodrop.data.sample_store import SampleStore
@@ -268,19 +249,6 @@ def test_the_table_marks_each_runs_signal_and_a_loss_run_gets_the_agreement_plot
     assert not (tmp_path / "entropy_only" / "signal_agreement.png").exists()
     assert not any(f.endswith("signal_agreement.png") for f in entropy_only["files"])
     assert "`signal: loss`" not in (tmp_path / "entropy_only" / "table.md").read_text()
-
-
-
-def columns_of(table: str) -> List[List[str]]:
-    """The columns of each markdown table in ``table`` (header first), as lists of cells."""
-    tables, rows = [], []
-    for line in table.splitlines() + [""]:
-        if line.startswith("|") and not line.startswith("|---"):
-            rows.append([cell.strip() for cell in line.strip("|").split("|")])
-        elif not line.startswith("|") and rows:
-            tables += [list(column) for column in zip(*rows)]
-            rows = []
-    return tables
 
 
 def configured(run, target_group: Optional[str], tasks: str = "{code: [humaneval_likelihood], math: [svamp]}"):

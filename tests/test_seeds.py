@@ -5,7 +5,7 @@ off a baseline."""
 import json
 
 import pytest
-from test_report import fake_run
+from conftest import fake_run
 
 from entrodrop.report import read_run
 from entrodrop.seeds import (

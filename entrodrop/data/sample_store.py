@@ -156,7 +156,7 @@ def check_store_files(store_dir: Path, manifest: Dict[str, Any]) -> None:
     """Raise unless every file the complete store ``manifest`` describes is on disk at the size it
     was written with. Every reader opens a store through this (``SampleStore``), so verify,
     training, evaluation and the precompute all stop here, before any compute: a deleted shard
-    file used to open fine and end a run at the first batch that read it, a cut one to read short.
+    file would otherwise open fine and end a run at the first batch that read it, a cut one read short.
 
     Raises:
         MissingFileError: names each such file (the first ``_MAX_FILES_NAMED``), its recorded

@@ -26,7 +26,8 @@ class MidpointWatch:
 
     j0 is ``{"target_epoch", "step", "fixed_at_step"}``: where the lowest loss was, and the
     evaluation that fixed it. ``state_dict`` holds what a resumed run needs to decide as the
-    uninterrupted one does, under the keys checkpoints have always kept (``val_losses``, ``j0``).
+    uninterrupted one does, under the recipe state's own keys (``val_losses``, ``j0``), the layout
+    saved checkpoints have.
 
     Example:
         >>> watch = MidpointWatch(patience=2, min_improvement=0.0)

@@ -13,9 +13,9 @@ recipe's step shows the method in three calls::
     token_dropout.record_losses(labels, token_losses)         # signal: loss learns this step's losses
 
 and its evaluations in one, ``record = token_dropout.observe(evaluator(...))``. Like
-torchtitan's stateful components, it is saved and resumed by its ``state_dict``, under the keys
-recipe states have always held (``e_bar``, ``val_losses``, ``j0``, ``loss_signal``), so a
-checkpoint written before it existed resumes exactly.
+torchtitan's stateful components, it is saved and resumed by its ``state_dict``, whose entries
+sit at the top of the recipe state (``e_bar``, ``val_losses``, ``j0``, ``loss_signal``), not under
+a key of its own: that is the layout every saved checkpoint has, so each resumes exactly.
 """
 
 import contextlib

@@ -278,7 +278,7 @@ def test_an_evaluation_does_not_collect_the_environment(tiny, shipped_tasks, mon
     assert out["configs"]["humaneval_likelihood"]["num_fewshot"] == 0 and out["n-shot"] == {"humaneval_likelihood": 0}
     assert out["higher_is_better"]["humaneval_likelihood"] == {"logprob_per_char": True}
     assert "humaneval_likelihood" in out["versions"] and "pretty_env_info" not in out
-    # recipes/evaluate.py's hf backend has no torchtune model to put in eval mode (failed on one H200, 2026-11-27)
+    # recipes/evaluate.py's hf backend has no torchtune model to put in eval mode: it passes None
     no_model = Evaluator(None, torch.device("cpu"), None, 16, 2, lm, shipped_tasks, cfg)(1, 1.0, "step_1")
     assert no_model["groups"] == record["groups"]
 
@@ -351,8 +351,8 @@ def _generate_on_rank(rank: int, init_file: str, model_args: dict, assets: str, 
     dist.barrier()  # no rank tears gloo down while another still works in it (recipes/smoke.py does the same)
     dist.destroy_process_group()
     # Leave without the interpreter's teardown: everything is written and the group destroyed, and
-    # a rank that then tore down gloo's and FSDP's objects once aborted ('terminate called without
-    # an active exception', CI 2026-11-27), failing a test whose results were all in.
+    # a rank that then tears down gloo's and FSDP's objects can abort ('terminate called without an
+    # active exception'), failing a test whose results are all in.
     os._exit(0)
 
 

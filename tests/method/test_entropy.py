@@ -184,7 +184,7 @@ def bf16_model_and_its_fp32_reference(model):
 
 @pytest.mark.parametrize("name", ["qwen3", "llama3_1"])
 def test_bf16_packed_entropies_are_within_1e_2_nats_of_fp32(tiny, name):
-    """The issue's accuracy bar, on the tiny models as built. Their predictions are close to
+    """The bar the cache's bf16 entropies are held to, on the tiny models as built. Their predictions are close to
     uniform (about log 2112 nats), where bf16 costs little."""
     samples, models = tiny
     bf16, fp32 = bf16_model_and_its_fp32_reference(models[name])

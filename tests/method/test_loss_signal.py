@@ -278,8 +278,8 @@ def _record_on_rank(rank: int, init_file: str, stores: dict, out: str) -> None:
     dist.barrier()
     dist.destroy_process_group()
     # Leave without the interpreter's teardown: everything is written and the group destroyed, and
-    # a rank that then tore down gloo's and FSDP's objects once aborted ('terminate called without
-    # an active exception', CI 2026-11-27), failing a test whose results were all in.
+    # a rank that then tears down gloo's and FSDP's objects can abort ('terminate called without an
+    # active exception'), failing a test whose results are all in.
     os._exit(0)
 
 
@@ -414,7 +414,7 @@ def test_a_checkpoint_saved_before_the_key_resumes_as_entropy_and_another_signal
     cfg = OmegaConf.load(TINY_TRAINING)
     may_change = schemas.may_change_on_resume(cfg)
     old = plain(cfg)
-    del old["token_dropout"]["signal"]  # what a checkpoint saved before issue 24 holds
+    del old["token_dropout"]["signal"]  # what a checkpoint saved before the key existed holds
     (tmp_path / "step_3").mkdir()
     torch.save({"config": old, "step": 3}, tmp_path / "step_3" / "recipe_state.pt")
     state, where = resume_state(str(tmp_path), plain(cfg), 10, may_change, (), schemas.ADDED_KEYS)

@@ -9,16 +9,7 @@ import math
 import shutil
 
 import pytest
-from conftest import cuda_only
-from test_training_recipes import (
-    CHUNKED_CE,
-    DISTRIBUTED,
-    NO_EVAL,
-    SINGLE,
-    logged,
-    run,
-    train_args,
-)
+from conftest import CHUNKED_CE, DISTRIBUTED, NO_EVAL, SINGLE, cuda_only, logged, run_ok, train_args
 
 pytestmark = pytest.mark.gpu
 
@@ -40,7 +31,7 @@ def on(device) -> list:
 @pytest.fixture(scope="module")
 def eager_run(gpu, data, tune_run, tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("eager")
-    run(tune_run, *train_args(SINGLE, data, out, *on(gpu), *SHORT))
+    run_ok(tune_run, *train_args(SINGLE, data, out, *on(gpu), *SHORT))
     return logged(out)
 
 
@@ -55,7 +46,7 @@ def test_compiled_training_with_checkpointing_tracks_eager_training_for_each_los
     two; the loss lies outside the compiled layers, so the three runs compile the same graph."""
     if loss == "liger":
         cuda_only(gpu, "liger-kernel's triton kernel")
-    run(tune_run, *train_args(SINGLE, data, tmp_path, *on(gpu), *SHORT, *LOSSES[loss], "compile=True",
+    run_ok(tune_run, *train_args(SINGLE, data, tmp_path, *on(gpu), *SHORT, *LOSSES[loss], "compile=True",
                               "activation_checkpointing_share=1.0"))
     steps = logged(tmp_path)
     assert sorted(steps) == sorted(eager_run) == [1, 2, 3, 4]
@@ -72,11 +63,11 @@ def test_a_resumed_run_repeats_steps_6_to_10_bit_for_bit_with_dropout_and_neftun
     settings = [*on(gpu), "total_tokens=20480", "save_every_n_steps=5", "hidden_dropout=0.1", "neftune_alpha=5.0",
                 "token_dropout.midpoint=0", *NO_EVAL]
     straight = tmp_path / "straight"
-    run(tune_run, *train_args(SINGLE, data, straight, *settings))
+    run_ok(tune_run, *train_args(SINGLE, data, straight, *settings))
     assert sorted(p.name for p in (straight / "checkpoints").iterdir()) == ["step_10", "step_5"]
     resumed = tmp_path / "resumed"
     shutil.copytree(straight / "checkpoints" / "step_5", resumed / "checkpoints" / "step_5")
-    run(tune_run, *train_args(SINGLE, data, resumed, *settings, "resume=True"))
+    run_ok(tune_run, *train_args(SINGLE, data, resumed, *settings, "resume=True"))
     first, again = logged(straight), logged(resumed)
     assert sorted(again) == [6, 7, 8, 9, 10]
     for step in again:
@@ -88,8 +79,8 @@ def test_fsdp2_in_one_process_trains_as_the_single_device_recipe(gpu, data, tune
     """The distributed recipe (nccl on a GPU, sharded with FSDP2) launched with one process,
     against the single-device recipe, fp32: the same losses to 1e-5."""
     settings = [f"device={gpu.type}", "dtype=fp32", "total_tokens=10240", "token_dropout.midpoint=0", *NO_EVAL]
-    run(tune_run, *train_args(SINGLE, data, tmp_path / "single", *settings))
-    run(tune_run, "--nproc_per_node", "1", *train_args(DISTRIBUTED, data, tmp_path / "fsdp", *settings))
+    run_ok(tune_run, *train_args(SINGLE, data, tmp_path / "single", *settings))
+    run_ok(tune_run, "--nproc_per_node", "1", *train_args(DISTRIBUTED, data, tmp_path / "fsdp", *settings))
     single, fsdp = logged(tmp_path / "single"), logged(tmp_path / "fsdp")
     assert sorted(single) == sorted(fsdp) == [1, 2, 3, 4, 5]
     for step in single:
@@ -112,7 +103,7 @@ def test_the_torchtune_and_hf_backends_score_alike_on_the_device(gpu, tune_run, 
         eval_dir = tmp_path / backend
         if backend == "hf":  # beside the adapter's record: the same checkpoint, another backend
             shutil.copytree(tmp_path / "torchtune", eval_dir)
-        run(tune_run, "recipes/evaluate.py", "--config", "configs/tiny/qwen3_evaluate.yaml", f"device={gpu.type}",
+        run_ok(tune_run, "recipes/evaluate.py", "--config", "configs/tiny/qwen3_evaluate.yaml", f"device={gpu.type}",
             f"output_dir={tmp_path}", f"checkpoints={tiny_assets / 'qwen3'}", f"eval_dir={eval_dir}",
             f"backend={backend}", "evaluation.lm_eval.limit=8", "evaluation.validation.target_tokens=null",
             "evaluation.validation.target_entropy=null")

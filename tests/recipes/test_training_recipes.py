@@ -13,48 +13,31 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import REPO, TUNE, descendants, running
+from conftest import (
+    CHUNKED_CE,
+    DISTRIBUTED,
+    NO_EVAL,
+    REPO,
+    SINGLE,
+    TUNE,
+    descendants,
+    logged,
+    run_ok,
+    running,
+    train_args,
+)
 
 from entrodrop.train.run_lock import LOCK_NAME
 
 pytestmark = pytest.mark.recipe  # starts tune run / torchrun / a script in a subprocess
 
-SINGLE = "configs/tiny/qwen3_entrodrop_single_device.yaml"
-DISTRIBUTED = "configs/tiny/qwen3_entrodrop_distributed.yaml"
-
-
-# Most tests train without evaluating; evaluation has tests of its own.
-NO_EVAL = ["evaluation.validation.target_tokens=null", "evaluation.lm_eval.tasks.code=[]"]
-
-
-def train_args(config: str, data: list, out: Path, *overrides: str) -> list:
-    return ["recipes/" + Path(config).stem.split("qwen3_")[1] + ".py", "--config", config,
-            f"output_dir={out}", *data, *overrides]
-
-
-def logged(out: Path) -> dict:
-    """step -> the metrics it logged (training and evaluation lines merged; a later line wins)."""
-    steps = {}
-    for log in sorted((out / "logs").glob("log_*.txt")):
-        for line in log.read_text().splitlines():
-            step, rest = re.match(r"Step (\d+) \| (.*)", line).groups()
-            steps.setdefault(int(step), {}).update(item.split(":", 1) for item in rest.split())
-    return steps
-
-
-def run(tune_run, *args, nproc=1):
-    result = tune_run(*args, nproc=nproc)
-    assert result.returncode == 0, result.stderr[-4000:]
-    return result
-
-
 def test_two_processes_train_and_evaluate_like_one(data, tune_run, tmp_path):
     steps = ["total_tokens=30720"]  # 15 steps of 8 x 256: one target-epoch end, and the last step
-    run(tune_run, *train_args(SINGLE, data, tmp_path / "one", *steps))
-    two_processes = run(tune_run, *train_args(DISTRIBUTED, data, tmp_path / "two", *steps), nproc=2)
+    run_ok(tune_run, *train_args(SINGLE, data, tmp_path / "one", *steps))
+    two_processes = run_ok(tune_run, *train_args(DISTRIBUTED, data, tmp_path / "two", *steps), nproc=2)
     # lm-eval runs on both ranks; its warnings and progress bars show on rank 0 only
     assert two_processes.stderr.count("humaneval_likelihood: Custom kwargs can be passed") == 2  # two evaluations
-    run(tune_run, *train_args(SINGLE, data, tmp_path / "quiet", *steps, *NO_EVAL))
+    run_ok(tune_run, *train_args(SINGLE, data, tmp_path / "quiet", *steps, *NO_EVAL))
     one, two, quiet = logged(tmp_path / "one"), logged(tmp_path / "two"), logged(tmp_path / "quiet")
     assert sorted(one) == sorted(two) == list(range(1, 16))
     for step in one:
@@ -109,11 +92,11 @@ def kill_at_checkpoint(args, out: Path, nproc: int, step: int = 6, last: int = 3
 @pytest.mark.parametrize("config, nproc", [(SINGLE, 1), (DISTRIBUTED, 2)])
 def test_sigkill_and_resume_logs_the_same_losses(data, tune_run, tmp_path, config, nproc):
     settings = ["total_tokens=61440", "save_every_n_steps=3", *NO_EVAL]  # 30 steps, about 2.8 target epochs
-    run(tune_run, *train_args(config, data, tmp_path / "straight", *settings), nproc=nproc)
+    run_ok(tune_run, *train_args(config, data, tmp_path / "straight", *settings), nproc=nproc)
     killed = tmp_path / "killed"
     kill_at_checkpoint(train_args(config, data, killed, *settings), killed, nproc)
     first = logged(killed)
-    run(tune_run, *train_args(config, data, killed, *settings, "resume=True"), nproc=nproc)
+    run_ok(tune_run, *train_args(config, data, killed, *settings, "resume=True"), nproc=nproc)
     straight, resumed = logged(tmp_path / "straight"), logged(killed)
     assert sorted(resumed) == sorted(straight) == list(range(1, 31))
     assert 6 <= max(first) < 30
@@ -139,8 +122,8 @@ def fixed_at(steps: dict) -> int:
 
 
 def test_midpoint_auto_trains_as_the_baseline_until_it_fixes_j0(data, tune_run, tmp_path):
-    result = run(tune_run, *train_args(SINGLE, data, tmp_path / "auto", *AUTO))
-    run(tune_run, *train_args(SINGLE, data, tmp_path / "baseline", *AUTO, "token_dropout.schedule=none"))
+    result = run_ok(tune_run, *train_args(SINGLE, data, tmp_path / "auto", *AUTO))
+    run_ok(tune_run, *train_args(SINGLE, data, tmp_path / "baseline", *AUTO, "token_dropout.schedule=none"))
     auto, baseline = logged(tmp_path / "auto"), logged(tmp_path / "baseline")
     fixed = fixed_at(auto)
     assert 6 < fixed < 27, fixed
@@ -165,7 +148,7 @@ def test_midpoint_auto_trains_as_the_baseline_until_it_fixes_j0(data, tune_run, 
 @pytest.mark.parametrize("config, nproc", [(SINGLE, 1), (DISTRIBUTED, 2)])
 def test_sigkill_before_and_after_midpoint_auto_fixes_j0_and_resume_logs_the_same_losses(data, tune_run, tmp_path,
                                                                                          config, nproc):
-    run(tune_run, *train_args(config, data, tmp_path / "straight", *AUTO), nproc=nproc)
+    run_ok(tune_run, *train_args(config, data, tmp_path / "straight", *AUTO), nproc=nproc)
     straight = logged(tmp_path / "straight")
     fixed = fixed_at(straight)
     killed = tmp_path / "killed"
@@ -176,7 +159,7 @@ def test_sigkill_before_and_after_midpoint_auto_fixes_j0_and_resume_logs_the_sam
     kill_at_checkpoint(train_args(config, data, killed, *AUTO, "resume=True"), killed, nproc, step=fixed)
     state = torch.load(killed / "checkpoints" / f"step_{fixed}" / "recipe_state.pt", weights_only=False)
     assert state["j0"]["fixed_at_step"] == fixed and len(state["val_losses"]) == fixed // 3
-    run(tune_run, *train_args(config, data, killed, *AUTO, "resume=True"), nproc=nproc)
+    run_ok(tune_run, *train_args(config, data, killed, *AUTO, "resume=True"), nproc=nproc)
     resumed = logged(killed)
     assert sorted(resumed) == sorted(straight) == list(range(1, 31))
     for step in straight:
@@ -187,17 +170,13 @@ def test_sigkill_before_and_after_midpoint_auto_fixes_j0_and_resume_logs_the_sam
 
 
 # The tiny configs train with the fused loss (entrodrop.loss.LinearCrossEntropy); this is torchtune's.
-CHUNKED_CE = ["loss._component_=torchtune.modules.loss.CEWithChunkedOutputLoss", "loss.num_output_chunks=2",
-              "~loss.chunk_size", "~loss.impl"]
-
-
 def test_the_fused_loss_trains_like_torchtunes_chunked_loss_on_one_and_two_processes(data, tune_run, tmp_path):
     # 5 steps of 8 x 256 tokens, dropout from the first; the two processes also checkpoint one
     # of the two layers, and FSDP2 shards the output weight the fused loss reads.
     steps = ["total_tokens=10240", "token_dropout.midpoint=0", *NO_EVAL]
-    run(tune_run, *train_args(SINGLE, data, tmp_path / "fused", *steps))
-    run(tune_run, *train_args(SINGLE, data, tmp_path / "chunked", *steps, *CHUNKED_CE))
-    run(tune_run, *train_args(DISTRIBUTED, data, tmp_path / "two", *steps, "activation_checkpointing_share=0.5"), nproc=2)
+    run_ok(tune_run, *train_args(SINGLE, data, tmp_path / "fused", *steps))
+    run_ok(tune_run, *train_args(SINGLE, data, tmp_path / "chunked", *steps, *CHUNKED_CE))
+    run_ok(tune_run, *train_args(DISTRIBUTED, data, tmp_path / "two", *steps, "activation_checkpointing_share=0.5"), nproc=2)
     fused, chunked, two = logged(tmp_path / "fused"), logged(tmp_path / "chunked"), logged(tmp_path / "two")
     assert sorted(fused) == sorted(chunked) == sorted(two) == [1, 2, 3, 4, 5]
     for step in fused:
@@ -228,14 +207,14 @@ SWITCHES = {  # switch: (overrides, what must differ from the plain EntroDrop ru
 @pytest.fixture(scope="module")
 def plain_run(data, tune_run, tmp_path_factory):
     out = tmp_path_factory.mktemp("plain")
-    run(tune_run, *train_args(SINGLE, data, out, *SWITCH_BASE))
+    run_ok(tune_run, *train_args(SINGLE, data, out, *SWITCH_BASE))
     return logged(out)
 
 
 @pytest.mark.parametrize("switch", SWITCHES)
 def test_every_baseline_switch_changes_what_it_should(data, tune_run, tmp_path, plain_run, switch):
     overrides, differs = SWITCHES[switch]
-    run(tune_run, *train_args(SINGLE, data, tmp_path, *SWITCH_BASE, *overrides))
+    run_ok(tune_run, *train_args(SINGLE, data, tmp_path, *SWITCH_BASE, *overrides))
     steps = logged(tmp_path)
     assert sorted(steps) == sorted(plain_run) == [1, 2, 3]
     assert all(torch.isfinite(torch.tensor(float(s["loss"]))) for s in steps.values())
@@ -268,7 +247,7 @@ def test_a_run_of_make_reproduces_queue_logs_the_plain_runs_losses_bit_for_bit(d
 
 def test_checkpoints_load_in_transformers(data, tune_run, tmp_path):
     transformers = pytest.importorskip("transformers")
-    run(tune_run, *train_args(SINGLE, data, tmp_path, "total_tokens=4096", *NO_EVAL))
+    run_ok(tune_run, *train_args(SINGLE, data, tmp_path, "total_tokens=4096", *NO_EVAL))
     model = transformers.Qwen3ForCausalLM.from_pretrained(tmp_path / "checkpoints" / "step_2")
     assert torch.isfinite(model(torch.tensor([[1, 2, 3]])).logits).all()
 
@@ -281,7 +260,7 @@ def files_of(root: Path) -> dict:
 
 def test_a_used_output_dir_is_refused_and_overwrite_moves_the_old_run_aside(data, tune_run, tmp_path):
     out = tmp_path / "run"
-    run(tune_run, *train_args(SINGLE, data, out, "total_tokens=4096", *NO_EVAL))
+    run_ok(tune_run, *train_args(SINGLE, data, out, "total_tokens=4096", *NO_EVAL))
     before = files_of(out)
     result = tune_run(*train_args(SINGLE, data, out, "total_tokens=4096", *NO_EVAL))
     assert result.returncode != 0
@@ -290,7 +269,7 @@ def test_a_used_output_dir_is_refused_and_overwrite_moves_the_old_run_aside(data
     assert "resume=True" in result.stderr and "another output_dir" in result.stderr and "overwrite=True" in result.stderr
     assert files_of(out) == before, "the refused run wrote or changed something"
 
-    run(tune_run, *train_args(SINGLE, data, out, "total_tokens=4096", *NO_EVAL, "overwrite=True"))
+    run_ok(tune_run, *train_args(SINGLE, data, out, "total_tokens=4096", *NO_EVAL, "overwrite=True"))
     [old] = tmp_path.glob("run.replaced-*")
     assert files_of(old) == {old / p.relative_to(out): v for p, v in before.items()}
     assert len(list((out / "logs").iterdir())) == 1 and (out / "checkpoints" / "step_2").is_dir()
@@ -300,7 +279,7 @@ def test_resume_checks_the_saved_config_and_a_finished_run_exits_clean(data, tun
     # 10 steps, a checkpoint and a validation every 2, the newest 2 kept with the best.
     settings = ["total_tokens=20480", "save_every_n_steps=2", "keep_last_n_checkpoints=2",
                 "evaluation.every_n_steps=2", "evaluation.lm_eval.tasks.code=[]"]
-    run(tune_run, *train_args(SINGLE, data, tmp_path, *settings))
+    run_ok(tune_run, *train_args(SINGLE, data, tmp_path, *settings))
     best = Path(json.loads((tmp_path / "eval" / "summary.json").read_text())["best_checkpoint"]["path"]).name
     kept = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
     assert kept == sorted({"step_8", "step_10", best}), kept
@@ -315,7 +294,7 @@ def test_resume_checks_the_saved_config_and_a_finished_run_exits_clean(data, tun
         assert line in result.stderr, (line, result.stderr[-2000:])
     assert "keep_last_n_checkpoints" not in result.stderr.split("These may change on resume")[0]
 
-    result = run(tune_run, *train_args(SINGLE, data, tmp_path, *settings, "resume=True"))
+    result = run_ok(tune_run, *train_args(SINGLE, data, tmp_path, *settings, "resume=True"))
     assert "the run is complete, nothing to do" in result.stderr
     assert files_of(tmp_path) == before, "resuming a finished run wrote something"
 
@@ -324,14 +303,14 @@ def test_resume_checks_the_saved_config_and_a_finished_run_exits_clean(data, tun
     state = torch.load(tmp_path / "checkpoints" / "step_10" / "recipe_state.pt", weights_only=False)
     assert state["stores"]["data.general_tokens"]["path"] == str(Path(general).resolve())
     shutil.copytree(general, tmp_path / "moved" / "general")
-    result = run(tune_run, *train_args(SINGLE, data, tmp_path, *settings, "resume=True",
+    result = run_ok(tune_run, *train_args(SINGLE, data, tmp_path, *settings, "resume=True",
                                        f"data.general_tokens={tmp_path / 'moved' / 'general'}"))
     assert "the run is complete, nothing to do" in result.stderr
 
 
 def test_the_curriculum_midpoint_is_on_the_logged_epoch_scale(data, tune_run, tmp_path):
     # 30 steps, about 2.2 target epochs; gamma_max(j) = 0.1 / (1 + exp(-0.2 (j - j0))), j0 at epoch 2.
-    result = run(tune_run, *train_args(SINGLE, data, tmp_path, "total_tokens=61440", *NO_EVAL))
+    result = run_ok(tune_run, *train_args(SINGLE, data, tmp_path, "total_tokens=61440", *NO_EVAL))
     steps = logged(tmp_path)
     epoch = {s: float(m["target_epoch"]) for s, m in steps.items()}
     gamma_max = {s: float(m["gamma_max"]) for s, m in steps.items()}
@@ -439,7 +418,7 @@ def test_a_diverging_loss_stops_the_run_and_keeps_the_last_checkpoint(data, tune
 
 def test_a_midpoint_auto_run_that_never_fixes_j0_says_so_last(data, tune_run, tmp_path):
     """Two evaluations cannot fire a patience of 2: the run trained as the baseline, and says so."""
-    result = run(tune_run, *train_args(SINGLE, data, tmp_path, *AUTO, "total_tokens=12288"))
+    result = run_ok(tune_run, *train_args(SINGLE, data, tmp_path, *AUTO, "total_tokens=12288"))
     assert "midpoint: auto never fixed j0" in result.stderr.strip().splitlines()[-1]
     summary = json.loads((tmp_path / "eval" / "summary.json").read_text())
     assert summary["auto_midpoint"] is None and "trained as the baseline" in summary["auto_midpoint_note"]
@@ -453,7 +432,7 @@ def test_a_new_best_leaves_no_stale_checkpoint_and_resume_removes_what_killed_sa
     # recorded, the one before it (the best until then) stayed.
     settings = ["total_tokens=10240", "save_every_n_steps=1", "keep_last_n_checkpoints=1", "evaluation.every_n_steps=1",
                 "evaluation.every_n_epochs=null", "evaluation.lm_eval.tasks.code=[]"]
-    run(tune_run, *train_args(config, data, tmp_path, *settings), nproc=nproc)
+    run_ok(tune_run, *train_args(config, data, tmp_path, *settings), nproc=nproc)
     checkpoints = tmp_path / "checkpoints"
     best = json.loads((tmp_path / "eval" / "summary.json").read_text())["best_checkpoint"]
     assert Path(best["path"]).name == "step_5"
@@ -464,7 +443,7 @@ def test_a_new_best_leaves_no_stale_checkpoint_and_resume_removes_what_killed_sa
     (checkpoints / ".step_99.tmp-x" / "model.safetensors").write_bytes(b"part of a checkpoint")
     shutil.copytree(checkpoints / "step_5", checkpoints / ".step_5.old")  # killed once the new step_5 was in place
     (checkpoints / ".step_4.deleting").mkdir()
-    result = run(tune_run, *train_args(config, data, tmp_path, *settings, "resume=True"), nproc=nproc)
+    result = run_ok(tune_run, *train_args(config, data, tmp_path, *settings, "resume=True"), nproc=nproc)
     for name, what in ((".step_99.tmp-x", "save"), (".step_5.old", "save"),
                        (".step_4.deleting", "pruning of old checkpoints")):
         assert f"removed {checkpoints / name}, left by a {what} that was killed" in result.stderr, result.stderr[-2000:]
@@ -472,7 +451,7 @@ def test_a_new_best_leaves_no_stale_checkpoint_and_resume_removes_what_killed_sa
     assert sorted(p.name for p in checkpoints.iterdir()) == ["step_5"]
 
 
-# token_dropout.signal: loss (issue 24). 30 steps of 8 x 256, about 2.2 target epochs (one is
+# token_dropout.signal: loss. 30 steps of 8 x 256, about 2.2 target epochs (one is
 # about 14 steps), tokens dropped from the first step (midpoint 0): from the second epoch on,
 # the gate ranks by the recorded losses. A checkpoint every 3 steps, for the SIGKILL tests.
 SIGNAL_LOSS = ["total_tokens=61440", "token_dropout.midpoint=0", "save_every_n_steps=3", *NO_EVAL,
@@ -483,13 +462,13 @@ SIGNAL_LOSS = ["total_tokens=61440", "token_dropout.midpoint=0", "save_every_n_s
 def signal_loss_run(data, tune_run, tmp_path_factory):
     """The uninterrupted single-process signal: loss run: its output directory."""
     out = tmp_path_factory.mktemp("signal_loss")
-    run(tune_run, *train_args(SINGLE, data, out, *SIGNAL_LOSS))
+    run_ok(tune_run, *train_args(SINGLE, data, out, *SIGNAL_LOSS))
     return out
 
 
 def test_signal_loss_trains_as_entropy_through_the_first_target_epoch_then_by_its_losses(data, tune_run, tmp_path,
                                                                                          signal_loss_run):
-    run(tune_run, *train_args(SINGLE, data, tmp_path, *SIGNAL_LOSS, "token_dropout.signal=entropy"))
+    run_ok(tune_run, *train_args(SINGLE, data, tmp_path, *SIGNAL_LOSS, "token_dropout.signal=entropy"))
     loss, entropy = logged(signal_loss_run), logged(tmp_path)
     assert sorted(loss) == sorted(entropy) == list(range(1, 31))
     first_epoch = [s for s in loss if float(loss[s]["target_epoch"]) <= 1.0]
@@ -509,7 +488,7 @@ def test_sigkill_and_resume_with_signal_loss_logs_the_same_losses(data, tune_run
     # Killed in the second target epoch, while the gate ranks by the store the checkpoint holds.
     kill_at_checkpoint(train_args(SINGLE, data, killed, *SIGNAL_LOSS), killed, 1, step=18)
     first = logged(killed)
-    run(tune_run, *train_args(SINGLE, data, killed, *SIGNAL_LOSS, "resume=True"))
+    run_ok(tune_run, *train_args(SINGLE, data, killed, *SIGNAL_LOSS, "resume=True"))
     straight, resumed = logged(signal_loss_run), logged(killed)
     assert sorted(resumed) == sorted(straight) == list(range(1, 31))
     assert 18 <= max(first) < 30
@@ -526,7 +505,7 @@ def test_two_processes_killed_and_resumed_train_like_one_with_signal_loss(data, 
     killed = tmp_path / "killed"
     kill_at_checkpoint(train_args(DISTRIBUTED, data, killed, *SIGNAL_LOSS), killed, 2, step=18)
     first = logged(killed)
-    run(tune_run, *train_args(DISTRIBUTED, data, killed, *SIGNAL_LOSS, "resume=True"), nproc=2)
+    run_ok(tune_run, *train_args(DISTRIBUTED, data, killed, *SIGNAL_LOSS, "resume=True"), nproc=2)
     one, two = logged(signal_loss_run), logged(killed)
     assert sorted(one) == sorted(two) == list(range(1, 31))
     assert 18 <= max(first) < 30

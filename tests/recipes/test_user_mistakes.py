@@ -1,4 +1,4 @@
-"""Issue 32's table of mistakes: each prints one message and nothing else, no traceback
+"""The mistakes a user makes before a run starts: each prints one message and nothing else, no traceback
 (``ENTRODROP_DEBUG=1`` shows it), before anything loads or is written: an output directory that
 is a file or cannot be written, a config that is not YAML, a command-line value that is not, a
 missing optional package, a copied recipe without ``__init__.py``; and an entropy cache of

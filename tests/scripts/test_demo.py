@@ -7,11 +7,10 @@ import json
 import lm_eval
 import pytest
 import yaml
-from conftest import REPO, _load_script
+from conftest import REPO, _load_script, columns_of, fake_run
 from lm_eval.api.model import LM
 from lm_eval.tasks import TaskManager
 from omegaconf import OmegaConf
-from test_report import fake_run
 
 from entrodrop.report import read_run
 
@@ -213,7 +212,6 @@ def test_the_held_out_task_scores_each_whole_block_per_character(tmp_path, monke
 def test_no_table_the_demos_print_has_a_column_empty_in_every_row(tmp_path):
     """The CPU demo scores no lm-eval task: its table has no average or documents column of
     dashes (the report leaves out a column nothing fills); the GPU tables keep theirs."""
-    from test_report import columns_of
 
     from entrodrop.report import write_report
 

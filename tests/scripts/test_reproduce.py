@@ -4,8 +4,7 @@ and the tables, claim verdicts and figure it writes from recorded runs. (`make r
 trains 13 settings of several seeds: docs/reproduction.md has its figures.)"""
 
 import pytest
-from conftest import _load_script
-from test_report import fake_run
+from conftest import _load_script, fake_run
 
 reproduce = _load_script("reproduce")
 

@@ -1,6 +1,6 @@
 """midpoint: auto's watch (entrodrop.train.midpoint): it fixes j0 where the validation loss was
 lowest once it stops improving, never moves it, resumes from a checkpoint to the same j0, and
-reads the recipe states that checkpoints have always held."""
+reads its state from the recipe state's own keys, the layout saved checkpoints have."""
 
 import logging
 

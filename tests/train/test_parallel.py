@@ -43,8 +43,8 @@ def _shard_on_rank(rank: int, init_file: str, out_dir: str) -> None:
     dist.barrier()  # no rank tears gloo down while another still works in it
     dist.destroy_process_group()
     # Leave without the interpreter's teardown: everything is written and the group destroyed, and
-    # a rank that then tore down gloo's and FSDP's objects once aborted ('terminate called without
-    # an active exception', CI 2026-11-27), failing a test whose results were all in.
+    # a rank that then tears down gloo's and FSDP's objects can abort ('terminate called without an
+    # active exception'), failing a test whose results are all in.
     os._exit(0)
 
 

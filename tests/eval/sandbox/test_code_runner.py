@@ -1,6 +1,8 @@
 """The sandbox that runs model-written code (entrodrop.eval.sandbox): correct programs of each
 benchmark's format pass, hostile ones fail and leave the machine as it was. The escapes, one
-hostile program each, are in test_hostile_programs.py."""
+hostile program each, are in test_hostile_programs.py; the seccomp filter's list in
+test_seccomp_filter.py; the values that cross in test_value_shapes_across_the_sandbox.py; what a
+reply can cost in test_reply_costs.py."""
 
 import json
 import os

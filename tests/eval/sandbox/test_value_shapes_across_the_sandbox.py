@@ -1,18 +1,15 @@
-"""MBPP's tests of every shape run as in the program's own process (issue 39, item 7): values of
-the standard library's types cross both ways, and the objects the tests build stay in the
-candidate, reached through handles (attributes, methods, identity, truth). Every one of these
-failed every program before: the values were "not plain", the trees had no attributes. And each
-benchmark's programs run in the environment its own runner gives them."""
+"""Values of every shape across the sandbox: MBPP's tests of each shape run as in the program's
+own process. Values of the standard library's types cross both ways, and the objects the tests
+build stay in the candidate, reached through handles (attributes, methods, identity, truth).
+Each shape is one an MBPP task's tests use, so a sandbox that passed plain values only would
+fail every program of that task. And each benchmark's programs run in the environment its own
+runner gives them."""
 
 import json
-
-import test_hostile_programs
 
 from entrodrop.eval.sandbox.code_runner import Limits, passed, run, run_all
 from entrodrop.tasks import code_tasks
 from entrodrop.tasks.livecodebench import job_and_expected, run_tests
-
-sandbox = test_hostile_programs.sandbox  # the fixture: bubblewrap (where it runs here), then the own layer
 
 NODE = ("class Node:\n    def __init__(self, data):\n        self.data = data\n        self.left = None\n"
         "        self.right = None\n")
