@@ -11,9 +11,11 @@ CUDA has (liger-kernel, flex attention, peak memory, nccl) skipped: a check of t
 themselves for a machine without a GPU, never of a GPU.
 """
 
+import fcntl
 import importlib.util
 import json
 import os
+import pickle
 import re
 import subprocess
 import sys
@@ -203,11 +205,29 @@ def tiny_assets(make_tiny_assets) -> Path:
 
 
 @pytest.fixture(scope="session")
-def shipped_tasks():
-    """lm-eval's ``TaskManager`` over its tasks and ``entrodrop/tasks`` (indexing them takes ~6 s)."""
+def shipped_tasks(tmp_path_factory):
+    """lm-eval's ``TaskManager`` over its tasks and ``entrodrop/tasks``, as a run's index holds them.
+
+    Indexing lm-eval's ~14,000 YAMLs costs each process that does it 10 s or more, so the first test
+    worker to ask builds it and leaves a pickle in the run's temporary folder, and the others read
+    that, in turn under a file lock. Nothing the tests call changes the index (lm-eval builds each
+    task from a copy of its config), so one copy serves a whole worker. Tests that add their own task
+    YAMLs index them beside ``entrodrop/tasks`` alone (``include_defaults=False``), in under a second.
+    """
     from lm_eval.tasks import TaskManager
 
-    return TaskManager(include_path=str(REPO / "entrodrop" / "tasks"))
+    if "PYTEST_XDIST_WORKER" not in os.environ:  # one process: nothing to share, and no folder of this run alone
+        return TaskManager(include_path=str(REPO / "entrodrop" / "tasks"))
+    shared = tmp_path_factory.getbasetemp().parent / "shipped_tasks.pickle"  # the workers' common folder
+    with open(f"{shared}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if shared.exists():
+            return pickle.loads(shared.read_bytes())
+        manager = TaskManager(include_path=str(REPO / "entrodrop" / "tasks"))
+        partial = shared.with_suffix(f".{os.getpid()}")  # a worker killed while writing leaves no half pickle
+        partial.write_bytes(pickle.dumps(manager))
+        os.replace(partial, shared)
+    return manager
 
 
 @pytest.fixture(scope="session")

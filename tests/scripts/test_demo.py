@@ -151,12 +151,11 @@ def test_the_target_is_blocks_of_addition_cases_half_held_out_and_the_base_never
 
 
 @pytest.mark.slow
-def test_the_held_out_target_tasks_read_the_file_each_demo_writes_and_never_trains_on():
+def test_the_held_out_target_tasks_read_the_file_each_demo_writes_and_never_trains_on(shipped_tasks):
     """The GPU runs' target group scores its held-out blocks; the CPU runs score no task (the
     validation loss already scores the same text: docs/demo.md), and the task an override adds reads
     the CPU demo's held-out file."""
-    task_manager = TaskManager(include_path=[str(TASKS)])
-    path = lambda task: REPO / task_manager.task_index[task].cfg["dataset_kwargs"]["data_files"]["test"]  # noqa: E731
+    path = lambda task: REPO / shipped_tasks.task_index[task].cfg["dataset_kwargs"]["data_files"]["test"]  # noqa: E731
     assert path("demo_target_held_out") == demo.OUT / "corpora" / "target_val.jsonl"
     for config in ("cpt_baseline", "cpt_entrodrop"):
         cpu = OmegaConf.load(REPO / "configs/demo" / f"{config}.yaml").evaluation
@@ -203,7 +202,7 @@ def test_the_held_out_task_scores_each_whole_block_per_character(tmp_path, monke
         "dataset_kwargs": {"data_files": {"test": str(data)}}}))
     lm = RollingLM()
     out = lm_eval.simple_evaluate(model=lm, tasks=["held_out_local"], log_samples=False,
-                                  task_manager=TaskManager(include_path=[str(TASKS), str(local)]))
+                                  task_manager=TaskManager(include_path=[str(TASKS), str(local)], include_defaults=False))
     assert sorted(lm.texts) == sorted(blocks)  # each block whole, nothing before it
     # the mean over blocks of log-likelihood / characters: -1 and -2 a character
     assert out["results"]["held_out_local"]["logprob_per_char,none"] == pytest.approx(-1.5)

@@ -149,10 +149,11 @@ LOCAL_GROUPS = {"olympiadbench": ["olympiadbench_oe_to_maths_en_comp", "olympiad
 
 
 @pytest.fixture(scope="module")
-def task_manager(tmp_path_factory):
+def local_tasks(tmp_path_factory):
     """lm-eval's TaskManager over the shipped tasks plus, for each, ``<task>_local``: a YAML that
     includes the shipped one and reads a local file instead of the hub; and for each group,
-    ``<group>_local``: the shipped group over some of its subsets' local copies."""
+    ``<group>_local``: the shipped group over some of its subsets' local copies. Without lm-eval's
+    own tasks, which none of these needs (the tests of lm-eval's names read ``shipped_tasks``)."""
     local = tmp_path_factory.mktemp("local_tasks")
     for task, (docs, split, overrides, _) in (LOCAL | SUBSETS).items():
         data = local / f"{task}.jsonl"
@@ -164,17 +165,17 @@ def task_manager(tmp_path_factory):
         config = yaml.safe_load((TASKS / f"{group}.yaml").read_text())
         config.update(group=f"{group}_local", task=[f"{t}_local" for t in subsets])
         (local / f"{group}_local.yaml").write_text(json.dumps(config))
-    return TaskManager(include_path=[str(TASKS), str(local)])
+    return TaskManager(include_path=[str(TASKS), str(local)], include_defaults=False)
 
 
 @pytest.mark.parametrize("task", LOCAL)
-def test_shipped_task_runs_on_a_local_copy_of_its_data(task, task_manager, monkeypatch):
+def test_shipped_task_runs_on_a_local_copy_of_its_data(task, local_tasks, monkeypatch):
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_ALLOW_CODE_EVAL", "1")
     lm = CannedLM()
     out = lm_eval.simple_evaluate(model=lm, tasks=[f"{task}_local"], log_samples=False, confirm_run_unsafe_code=True,
-                                  task_manager=task_manager)
+                                  task_manager=local_tasks)
     result = out["results"][f"{task}_local"]
     metric = LOCAL[task][3] if "," in LOCAL[task][3] else f"{LOCAL[task][3]},none"
     assert result[metric] == 0.5, result
@@ -183,11 +184,11 @@ def test_shipped_task_runs_on_a_local_copy_of_its_data(task, task_manager, monke
         assert lm.prompts[0].count("Let's think step by step") == 5 and lm.prompts[0].endswith("Answer:")
 
 
-def test_olympiadbench_is_the_unweighted_mean_of_its_subsets(task_manager, monkeypatch):
+def test_olympiadbench_is_the_unweighted_mean_of_its_subsets(local_tasks, monkeypatch):
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     lm = CannedLM()
-    out = lm_eval.simple_evaluate(model=lm, tasks=["olympiadbench_local"], log_samples=False, task_manager=task_manager)
+    out = lm_eval.simple_evaluate(model=lm, tasks=["olympiadbench_local"], log_samples=False, task_manager=local_tasks)
     results = out["results"]
     assert results["olympiadbench_oe_to_maths_en_comp_local"]["acc,none"] == 0.5
     assert results["olympiadbench_oe_to_physics_zh_cee_local"]["acc,none"] == 1.0
@@ -198,73 +199,73 @@ def test_olympiadbench_is_the_unweighted_mean_of_its_subsets(task_manager, monke
     shipped = yaml.safe_load((TASKS / "olympiadbench.yaml").read_text())["task"]
     assert [t.removeprefix("olympiadbench_oe_to_") for t in shipped] == [  # OpenCompass's five
         "maths_en_comp", "maths_zh_comp", "maths_zh_cee", "physics_en_comp", "physics_zh_cee"]
-    assert set(shipped) <= set(task_manager.all_tasks)
+    assert set(shipped) <= set(local_tasks.all_tasks)
 
 
-def test_every_shipped_task_is_registered(task_manager):
+def test_every_shipped_task_is_registered(shipped_tasks):
     assert {"gsm8k_answer", "svamp", "college_math", "olympiadbench", "livecodebench_v1",
-            "humaneval_likelihood", "humaneval_pass1", "humaneval_sandbox", "mbpp_sandbox"} <= set(task_manager.all_tasks)
+            "humaneval_likelihood", "humaneval_pass1", "humaneval_sandbox", "mbpp_sandbox"} <= set(shipped_tasks.all_tasks)
 
 
 METRICS = {"svamp": "acc,none", "humaneval_likelihood": "logprob_per_char,none", "livecodebench_v1": "pass@1,sandbox"}
 
 
-def test_task_settings_are_checked_at_start_up(task_manager):
+def test_task_settings_are_checked_at_start_up(shipped_tasks, local_tasks):
     groups = {"math": ["svamp", "svmp"], "code": ["humaneval_likelihood", "livecodebench_v1"]}
-    problems = check_tasks(groups, "maths", task_manager, False, METRICS)
+    problems = check_tasks(groups, "maths", shipped_tasks, False, METRICS)
     assert len(problems) == 3
     assert "'svmp' is not an lm-eval task" in problems[0]
     assert "target_group='maths' is not one of the groups ['math', 'code']" in problems[1]
     assert "['livecodebench_v1'] execute model-written code" in problems[2]
-    assert check_tasks(groups | {"math": ["svamp"]}, "math", task_manager, True, METRICS) == []
-    assert runs_model_code(task_manager, "livecodebench_v1_local")  # marked in the YAML it includes
-    assert runs_model_code(task_manager, "humaneval_infilling")  # a group of lm-eval's unsafe tasks
-    assert not runs_model_code(task_manager, "svamp") and not runs_model_code(task_manager, "mmlu")
+    assert check_tasks(groups | {"math": ["svamp"]}, "math", shipped_tasks, True, METRICS) == []
+    assert runs_model_code(local_tasks, "livecodebench_v1_local")  # marked in the YAML it includes
+    assert runs_model_code(shipped_tasks, "humaneval_infilling")  # a group of lm-eval's unsafe tasks
+    assert not runs_model_code(shipped_tasks, "svamp") and not runs_model_code(shipped_tasks, "mmlu")
     # Code runs only in the sandbox: lm-eval's own code tasks are refused, the local copies of ours are not.
     sandboxed = {"code": ["humaneval_sandbox", "mbpp_sandbox", "livecodebench_v1_local", "humaneval_pass1"]}
     metrics = {"humaneval": "pass@1,create_test", **{t: "pass@1,sandbox" for t in sandboxed["code"]}}
-    assert check_tasks(sandboxed, "code", task_manager, True, metrics) == []
-    assert check_tasks({"code": ["humaneval"]}, "code", task_manager, True, metrics) == [
+    assert check_tasks(sandboxed, "code", local_tasks, True, metrics) == []
+    assert check_tasks({"code": ["humaneval"]}, "code", shipped_tasks, True, metrics) == [
         "evaluation.lm_eval.tasks: ['humaneval'] run model-written code outside the sandbox (lm-eval's own runner forks "
         "the process that holds the model, unguarded): use humaneval_sandbox, mbpp_sandbox, livecodebench_v1 (or "
         "humaneval_pass1 offline) instead"]
-    assert check_tasks({"general": ["ai2_arc"]}, "general", task_manager, True, METRICS) == [
+    assert check_tasks({"general": ["ai2_arc"]}, "general", shipped_tasks, True, METRICS) == [
         "evaluation.lm_eval.tasks.general: 'ai2_arc' is an lm-eval tag; list its tasks instead"]
 
 
-def test_each_task_names_a_metric_its_result_has(task_manager):
+def test_each_task_names_a_metric_its_result_has(shipped_tasks):
     """The metric of every task is checked at start-up against the keys its YAML makes lm-eval
     report: a filter's name, a group's aggregate, a function's own name."""
-    assert task_metrics(task_manager, "gsm8k") == ["exact_match,strict-match", "exact_match,flexible-extract"]
-    assert task_metrics(task_manager, "minerva_math") == ["exact_match,none", "math_verify,none"]
-    assert task_metrics(task_manager, "mbpp") == ["pass_at_1,none"]
-    assert "pass@1,create_test" in task_metrics(task_manager, "humaneval")
-    assert task_metrics(task_manager, "olympiadbench") == ["acc,none"]  # a group of five subsets
-    assert task_metrics(task_manager, "hellaswag") == ["acc,none", "acc_norm,none"]
+    assert task_metrics(shipped_tasks, "gsm8k") == ["exact_match,strict-match", "exact_match,flexible-extract"]
+    assert task_metrics(shipped_tasks, "minerva_math") == ["exact_match,none", "math_verify,none"]
+    assert task_metrics(shipped_tasks, "mbpp") == ["pass_at_1,none"]
+    assert "pass@1,create_test" in task_metrics(shipped_tasks, "humaneval")
+    assert task_metrics(shipped_tasks, "olympiadbench") == ["acc,none"]  # a group of five subsets
+    assert task_metrics(shipped_tasks, "hellaswag") == ["acc,none", "acc_norm,none"]
     groups = {"math": ["gsm8k", "minerva_math"], "general": ["hellaswag"]}
     assert check_metrics(groups, {"gsm8k": "exact_match,flexible-extract", "minerva_math": "math_verify,none",
-                                  "hellaswag": "acc_norm,none", "unused": "acc,none"}, task_manager) == []
-    assert check_metrics(groups, {"gsm8k": "exact_match,none", "hellaswag": "acc,none"}, task_manager) == [
+                                  "hellaswag": "acc_norm,none", "unused": "acc,none"}, shipped_tasks) == []
+    assert check_metrics(groups, {"gsm8k": "exact_match,none", "hellaswag": "acc,none"}, shipped_tasks) == [
         "evaluation.lm_eval.metrics.gsm8k='exact_match,none': gsm8k reports "
         "['exact_match,strict-match', 'exact_match,flexible-extract']",
         "evaluation.lm_eval.metrics: no metric for 'minerva_math', which reports ['exact_match,none', "
         "'math_verify,none']: add `minerva_math: \"<one of them>\"`"]
 
 
-def test_a_benchmark_without_its_packages_fails_at_start_up_with_the_install_command(task_manager, monkeypatch):
+def test_a_benchmark_without_its_packages_fails_at_start_up_with_the_install_command(shipped_tasks, monkeypatch):
     import entrodrop.eval.task_checks as checks
 
     installed = {"sympy": "1.14.0", "math_verify": "0.9.0", "antlr4": "4.13.2", "langdetect": None,
                  "immutabledict": "4.2.0", "nltk": "3.9.1"}
     monkeypatch.setattr(checks, "installed_version", installed.get)
-    assert check_packages(task_manager, ["gsm8k", "minerva_math", "ifeval", "leaderboard_ifeval"]) == [
+    assert check_packages(shipped_tasks, ["gsm8k", "minerva_math", "ifeval", "leaderboard_ifeval"]) == [
         "evaluation.lm_eval.tasks: 'minerva_math' needs antlr4-python3-runtime 4.11.* (version 4.13.2 is installed): "
         "pip install -e '.[benchmarks]'",
         "evaluation.lm_eval.tasks: 'ifeval' needs langdetect (not installed): pip install -e '.[benchmarks]'",
         "evaluation.lm_eval.tasks: 'leaderboard_ifeval' needs langdetect (not installed): pip install -e '.[benchmarks]'"]
-    assert check_packages(task_manager, ["minerva_math_algebra"])  # a member alone needs them too
+    assert check_packages(shipped_tasks, ["minerva_math_algebra"])  # a member alone needs them too
     monkeypatch.setattr(checks, "installed_version", {**installed, "antlr4": "4.11.0", "langdetect": "1.0.9"}.get)
-    assert check_packages(task_manager, ["minerva_math", "ifeval"]) == []
+    assert check_packages(shipped_tasks, ["minerva_math", "ifeval"]) == []
 
 
 def test_math_answer_checks():
