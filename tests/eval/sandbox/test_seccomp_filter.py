@@ -11,11 +11,9 @@ here) and under the own layer."""
 import os
 import socket
 import tempfile
-import threading
-import time
 
 import pytest
-from conftest import ATTEMPT, GOOD, descendants, good_passes, usable_sandbox
+from conftest import ATTEMPT, GOOD, candidate_running, descendants, good_passes, loaded, usable_sandbox
 
 from entrodrop.eval.sandbox import sandbox_child as child
 from entrodrop.eval.sandbox.code_runner import Harness, Limits
@@ -63,12 +61,6 @@ def state(pid: int) -> tuple:
     return limits, os.getpriority(os.PRIO_PROCESS, pid), os.sched_getaffinity(pid), os.sched_getscheduler(pid)
 
 
-def loaded(pid: int) -> bool:
-    """The candidate has loaded its program: the load sets its CPU limit."""
-    with open(f"/proc/{pid}/limits") as f:
-        return "Max cpu time              unlimited" not in f.read()
-
-
 @pytest.fixture(scope="module", params=["bubblewrap", "own"])
 def layer(request) -> str:
     """The ``sandbox`` fixture, for the whole module: the sleeper below serves every test."""
@@ -79,21 +71,9 @@ def layer(request) -> str:
 def sleeper(layer):
     """Another problem's candidate, sleeping in its sandbox through this module's tests: (its
     harness, its pid)."""
-    harness = Harness(layer)
-    thread = threading.Thread(target=harness.run, args=(SLEEPER, Limits(timeout_s=60, sandbox=layer), False))
-    thread.start()
-    try:
-        for _ in range(400):
-            program = [pid for pid in descendants(harness.process.pid) if not descendants(pid)]  # under bubblewrap, below bwrap
-            if program and loaded(program[0]):
-                yield harness, program[0]
-                break
-            time.sleep(0.025)
-        else:
-            raise AssertionError("the sleeper never started")
-    finally:
-        harness.process.kill()  # its run ends, and closes it
-        thread.join()
+    with candidate_running(SLEEPER, Limits(timeout_s=60, sandbox=layer)) as harness:
+        # under bubblewrap, below bwrap's outer process, which holds no CPU limit
+        yield harness, next(pid for pid in descendants(harness.process.pid) if loaded(pid))
 
 
 @pytest.mark.parametrize("calls", list(AIMED))
