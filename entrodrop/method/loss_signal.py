@@ -35,7 +35,6 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from scipy.stats import spearmanr
 from torchtune.modules.loss import CEWithChunkedOutputLoss
 
 from entrodrop.data.sample_store import SampleStore
@@ -165,6 +164,10 @@ def gate_agreement(signal: torch.Tensor, entropy: torch.Tensor, offsets: torch.T
     gates = [entropy_gate(x.float().view(1, -1), document.view(1, -1), gate_percentile, targeting)
              for x in (signal, entropy)]
     both = ~(torch.isnan(signal) | torch.isnan(entropy))
+    # Imported here: scipy.stats costs 0.75 s or more at every recipe start, and only a run whose
+    # agreement is measured needs it.
+    from scipy.stats import spearmanr
+
     rho = spearmanr(signal[both].float().cpu().numpy(), entropy[both].float().cpu().numpy()).statistic
     return {"gate_agreement": float((gates[0] & gates[1]).sum() / gates[1].sum().clamp(min=1)),
             "rank_correlation": float(rho)}
