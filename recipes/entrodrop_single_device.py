@@ -31,6 +31,7 @@ from tqdm import tqdm
 from entrodrop import devices
 from entrodrop.checkpointing import HFCheckpointer, latest_checkpoint
 from entrodrop.config import cli, schemas
+from entrodrop.data.entropy_cache import check_cache_model
 from entrodrop.data.loader import build_loader, describe_budget, plan_budget
 from entrodrop.data.packing import block_causal_mask
 from entrodrop.data.store_identity import check_training_stores, training_stores
@@ -40,7 +41,6 @@ from entrodrop.eval.task_checks import allow_code, task_index
 from entrodrop.eval.validation import open_validation
 from entrodrop.loss import model_output_for
 from entrodrop.method.dropout import add_hidden_dropout
-from entrodrop.method.entropy import check_cache_model
 from entrodrop.train.activations import checkpoint_layers
 from entrodrop.train.cadence import crossed_multiple, evaluation_due
 from entrodrop.train.parallel import check_single_process
