@@ -61,7 +61,7 @@ from entrodrop.train.run_dir import (
     set_rng_state,
 )
 from entrodrop.train.run_lock import hold_run_dirs
-from entrodrop.train.token_dropout import TokenDropoutRun
+from entrodrop.train.token_dropout import TokenDropoutState
 
 log = utils.get_logger("INFO")
 
@@ -100,7 +100,7 @@ class EntroDropRecipeDistributed:
         self._loss_fn = config.instantiate(cfg.loss)
         # EntroDrop's state over the run (entrodrop.train.token_dropout); a loss that cannot give
         # each token's loss, as signal: loss needs, fails here too.
-        self._token_dropout = TokenDropoutRun.from_config(cfg, self._loss_fn, self._seed, self._device, distributed=True)
+        self._token_dropout = TokenDropoutState.from_config(cfg, self._loss_fn, self._seed, self._device, distributed=True)
         self._metric_logger = None
 
     def setup(self, cfg: DictConfig) -> bool:
