@@ -44,11 +44,11 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
+from entrodrop.analysis.report import read_run
 from entrodrop.checkpointing import write_random_checkpoint
 from entrodrop.data.sample_store import SampleStore
 from entrodrop.models import shapes
 from entrodrop.models.families import FAMILIES
-from entrodrop.report import read_run
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "assets" / "tiny"

@@ -123,7 +123,7 @@ def tune(*args: str) -> None:
 
 def per_step(run_dir: Path, key: str, first: int) -> list:
     """The values of ``key`` a run logged after step ``first`` (warm-up excluded)."""
-    from entrodrop.report import read_run
+    from entrodrop.analysis.report import read_run
 
     return [metrics[key] for step, metrics in read_run(run_dir)["steps"].items() if step > first and key in metrics]
 
@@ -131,10 +131,10 @@ def per_step(run_dir: Path, key: str, first: int) -> list:
 def time_plan(stores: Path, calls: int = 200) -> float:
     """Milliseconds per call of the gate + mask for one 8 x 256 batch, in this process."""
     from entrodrop.data.loader import build_loader
-    from entrodrop.method.dropout import TokenDropout
+    from entrodrop.method.dropout import TokenDropoutPlan
 
     batch = next(iter(build_loader(f"{stores}/target", f"{stores}/entropy", f"{stores}/general", 256, 8, 0.6, 0)))
-    method = TokenDropout("low", 0.5, "static", 0.1, 1.0, 0.0, "steps", seed=0)
+    method = TokenDropoutPlan("low", 0.5, "static", 0.1, 1.0, 0.0, "steps", seed=0)
     method.plan(batch["entropy"], batch["document_ids"], 0, 1.0, range(8))
     start = time.perf_counter()
     for step in range(calls):
@@ -157,7 +157,7 @@ def demo_step(stores: Path, loss_fn) -> tuple:
     from entrodrop.loss import model_output_for
     from entrodrop.method.dropout import (
         EmbeddingHook,
-        TokenDropout,
+        TokenDropoutPlan,
         mean_embedding,
         perturb_embeddings,
         plan_perturbation,
@@ -169,7 +169,7 @@ def demo_step(stores: Path, loss_fn) -> tuple:
     model = qwen3(**DEMO_QWEN3)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     hook, e_bar = EmbeddingHook(model.tok_embeddings), mean_embedding(model.tok_embeddings.weight)
-    method = TokenDropout("low", 0.5, "static", 0.1, 1.0, 0.0, "steps", seed=0)
+    method = TokenDropoutPlan("low", 0.5, "static", 0.1, 1.0, 0.0, "steps", seed=0)
     forward, with_token_losses = model_output_for(model, loss_fn), loss_with_token_losses(loss_fn)
     store = LossSignal(SampleStore(f"{stores}/entropy", "entropy"), torch.device("cpu"))
     it = iter(build_loader(f"{stores}/target", f"{stores}/entropy", f"{stores}/general", 256, 8, 0.6, 0))
@@ -294,7 +294,7 @@ def main() -> None:
     for name, value in median.items():
         print(f"| {name:<30} | {len(seconds[name]):>11} | {value * 1000:>9.1f} | {SLOTS / value:>8.0f} |")
     print(f"\nEntroDrop cost: {100 * (on / off - 1):+.2f}% of the step time (target <= 2%); "
-          f"TokenDropout.plan alone: {plan_ms:.2f} ms a step = {100 * plan_ms / 1000 / off:.2f}% of it")
+          f"TokenDropoutPlan.plan alone: {plan_ms:.2f} ms a step = {100 * plan_ms / 1000 / off:.2f}% of it")
     print(f"in one process, alternating steps: {ab_on:.1f} ms with EntroDrop, {ab_off:.1f} ms without; "
           f"median difference of a pair {ab_difference:+.2f} ms = {100 * ab_difference / ab_off:+.2f}%")
     print(f"ours / stock: {stock / ours_llama:.3f}x the stock recipe's slots/s (target >= 0.98)")

@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 import demo  # noqa: E402
 import reproduce  # noqa: E402
 
-from entrodrop.report import markdown_table  # noqa: E402
+from entrodrop.analysis.report import markdown_table  # noqa: E402
 from entrodrop.run_queue import run_jobs  # noqa: E402
 
 STEP_TOKENS = 8 * 256  # configs/demo/cpt_*.yaml: global_batch_size x seq_len

@@ -31,6 +31,7 @@ from tqdm import tqdm
 from entrodrop import devices
 from entrodrop.checkpointing import HFCheckpointer, latest_checkpoint
 from entrodrop.config import cli, schemas
+from entrodrop.data.entropy_cache import check_cache_model
 from entrodrop.data.loader import build_loader, describe_budget, plan_budget
 from entrodrop.data.packing import block_causal_mask
 from entrodrop.data.store_identity import check_training_stores, training_stores
@@ -40,7 +41,6 @@ from entrodrop.eval.task_checks import allow_code, task_index
 from entrodrop.eval.validation import open_validation
 from entrodrop.loss import model_output_for
 from entrodrop.method.dropout import add_hidden_dropout
-from entrodrop.method.entropy import check_cache_model
 from entrodrop.train.activations import checkpoint_layers
 from entrodrop.train.cadence import crossed_multiple, evaluation_due
 from entrodrop.train.parallel import check_single_process
@@ -56,7 +56,7 @@ from entrodrop.train.run_dir import (
     set_rng_state,
 )
 from entrodrop.train.run_lock import hold_run_dirs
-from entrodrop.train.token_dropout import TokenDropoutRun
+from entrodrop.train.token_dropout import TokenDropoutState
 
 log = utils.get_logger("INFO")
 
@@ -91,7 +91,7 @@ class EntroDropRecipeSingleDevice:
         self._loss_fn = config.instantiate(cfg.loss)
         # EntroDrop's state over the run (entrodrop.train.token_dropout); a loss that cannot give
         # each token's loss, as signal: loss needs, fails here too.
-        self._token_dropout = TokenDropoutRun.from_config(cfg, self._loss_fn, self._seed, self._device)
+        self._token_dropout = TokenDropoutState.from_config(cfg, self._loss_fn, self._seed, self._device)
         self._metric_logger = None
 
     def setup(self, cfg: DictConfig) -> bool:

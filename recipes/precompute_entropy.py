@@ -27,9 +27,11 @@ from tqdm import tqdm
 
 from entrodrop import devices
 from entrodrop.config import cli, schemas
+from entrodrop.data.entropy_cache import kept_shards
 from entrodrop.data.fingerprints import entropy_cache_key
 from entrodrop.data.sample_store import SampleStore, SampleStoreWriter, sample_table
-from entrodrop.method.entropy import Throughput, kept_shards, shard_entropies
+from entrodrop.method.entropy import shard_entropies
+from entrodrop.throughput import Throughput
 
 log = utils.get_logger("INFO")
 

@@ -20,10 +20,10 @@ from omegaconf import DictConfig
 from torchtune import config, utils
 
 from entrodrop.config import cli, schemas
+from entrodrop.data.entropy_cache import model_vocab_size
 from entrodrop.data.fingerprints import entropy_cache_key
 from entrodrop.data.sample_store import SAMPLES, SampleStore, mismatches
 from entrodrop.errors import CacheMismatchError
-from entrodrop.method.entropy import model_vocab_size
 
 log = utils.get_logger("INFO")
 

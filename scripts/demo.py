@@ -31,7 +31,7 @@ training text):
     (``CPU_RUNS``): the baseline and ``midpoint: auto`` (which needs no baseline);
     then EntroDrop with its curriculum midpoint where the baseline's validation loss stopped
     falling, as the paper sets j0, and the same run with ``signal: loss``
- 7. the report (entrodrop/report.py, entrodrop/seeds.py): plots and tables in
+ 7. the report (entrodrop/analysis/report.py, entrodrop/analysis/multi_seed.py): plots and tables in
     outputs/demo/report, each difference from the baseline, whether the baseline is in the
     paper's regime, and a held-out sample shaded by its entropy (figure 5c)
 
@@ -56,10 +56,10 @@ import time
 from functools import partial
 from pathlib import Path
 
+from entrodrop.analysis.multi_seed import regime_table, run_figures, setting_figures, settings_table, verdict_lines
+from entrodrop.analysis.report import propose_midpoint, read_run, write_entropy_sample, write_report
 from entrodrop.checkpointing import latest_checkpoint
-from entrodrop.report import propose_midpoint, read_run, write_entropy_sample, write_report
 from entrodrop.run_queue import RUN_ENV, Job, run_jobs
-from entrodrop.seeds import regime_table, run_figures, setting_figures, settings_table, verdict_lines
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -419,9 +419,9 @@ def gpu_report() -> None:
 
 
 def seed_tables(runs: dict, tables: dict, target_group=None) -> str:
-    """Markdown: each table (title -> {label: run names}) of ``entrodrop.seeds.settings_table``, the
+    """Markdown: each table (title -> {label: run names}) of ``entrodrop.analysis.multi_seed.settings_table``, the
     first label its baseline, every difference from it paired by seed with its 95% interval; then
-    whether each baseline run shows the paper's regime (``entrodrop.seeds.regime_check``)."""
+    whether each baseline run shows the paper's regime (``entrodrop.analysis.multi_seed.regime_check``)."""
     lines = []
     for title, table in tables.items():
         settings = {label: [runs[n] for n in names] for label, names in table.items()}
@@ -433,7 +433,7 @@ def seed_tables(runs: dict, tables: dict, target_group=None) -> str:
                   "against noise.") + " The brackets beside a mean are its seeds' range.", ""]
     first = next(iter(tables.values()))
     baselines = first[next(iter(first))]  # the first table's first setting
-    lines += ["The paper's regime, from the baseline alone (entrodrop.seeds.regime_check):", "",
+    lines += ["The paper's regime, from the baseline alone (entrodrop.analysis.multi_seed.regime_check):", "",
               *regime_table({n: run_figures(runs[n]) for n in baselines})]
     return "\n".join(lines) + "\n"
 
@@ -470,7 +470,7 @@ FALLBACK_MIDPOINT_EPOCHS = 4.0
 
 
 def choose_midpoint(baseline: dict) -> tuple:
-    """The report's proposal (entrodrop.report.propose_midpoint) for the EntroDrop run, or the
+    """The report's proposal (entrodrop.analysis.report.propose_midpoint) for the EntroDrop run, or the
     fixed fallback when it proposes nothing; with the line that says which."""
     midpoint = propose_midpoint(baseline)
     if midpoint["midpoint_epochs"] is not None:

@@ -1,4 +1,4 @@
-"""Plots and a table of one or more runs' training dynamics (see entrodrop/report.py).
+"""Plots and a table of one or more runs' training dynamics (see entrodrop/analysis/report.py).
 
     python scripts/report.py outputs/baseline outputs/entrodrop --out report \
         [--target-group code] [--baseline baseline] [--entropy-sample configs/demo/cpt_entrodrop.yaml]
@@ -28,13 +28,13 @@ config: its tokenizer, its held-out validation store and entropy cache, and its 
 import argparse
 from pathlib import Path
 
-from entrodrop.errors import DamagedLineError
-from entrodrop.report import (
+from entrodrop.analysis.report import (
     check_selection,
     read_run,
     write_entropy_sample,
     write_report,
 )
+from entrodrop.errors import DamagedLineError
 
 
 def main() -> None:

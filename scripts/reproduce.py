@@ -18,7 +18,7 @@ demo; two settings beyond the paper put it at half that epoch, and gamma_max at 
 Last it writes outputs/reproduce/tables.md and val_loss_by_epoch.png. The tables: table 4
 (gamma_max) and table 3 (targeting, schedule, the paper's baselines), each setting's mean over its
 seeds with their range and, beside it, its difference from the baseline paired by seed with a 95%
-t-interval (``entrodrop.seeds``); whether the baseline's seeds show the paper's regime; and each of
+t-interval (``entrodrop.analysis.multi_seed``); whether the baseline's seeds show the paper's regime; and each of
 the paper's claims, at the minimum and at the end of training, with its paired interval and its
 verdict: holds, reversed, or not resolved. The figure: the validation loss by target epoch, the
 mean over seeds with its 95% band, baseline, EntroDrop and random targeting, and beneath it each
@@ -36,9 +36,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import demo  # noqa: E402
 
-from entrodrop.report import markdown_table, read_run  # noqa: E402
+from entrodrop.analysis.multi_seed import CLAIM_HEADER, claim_row, draw_seed_bands, setting_figures  # noqa: E402
+from entrodrop.analysis.report import markdown_table, read_run  # noqa: E402
 from entrodrop.run_queue import Job, cores, run_jobs, runs_at_once  # noqa: E402
-from entrodrop.seeds import CLAIM_HEADER, claim_row, draw_seed_bands, setting_figures  # noqa: E402
 
 OUT = demo.REPO / "outputs" / "reproduce"
 # Seeds a setting without SEEDS: 13 settings of 4 seeds (52 runs) fit an hour of this 2-core CPU (docs/reproduction.md).

@@ -20,7 +20,7 @@ from entrodrop.checkpointing import HFCheckpointer
 from entrodrop.data.packing import GENERAL, TARGET, block_causal_mask, pack_rows
 from entrodrop.eval.adapter import TorchtuneLM
 from entrodrop.loss import LinearCrossEntropy
-from entrodrop.method.dropout import TokenDropout, entropy_gate, plan_perturbation
+from entrodrop.method.dropout import TokenDropoutPlan, entropy_gate, plan_perturbation
 from entrodrop.method.entropy import shard_entropies
 from entrodrop.models.head import fp32_logits
 from entrodrop.models.qwen3._component_builders import qwen3
@@ -148,7 +148,7 @@ def test_the_entrodrop_mask_on_the_device_gates_exactly_and_drops_gamma_of_the_g
                 n = int((tokens & ~batch["entropy"][r].isnan()).sum())
                 assert int(gate[r][tokens.to(gpu)].sum()) == math.floor(k * n + 1e-6), (k, r, doc)
 
-    method = TokenDropout("low", 0.5, "static", gamma_max=0.2, sharpness=1.0, midpoint=0.0, midpoint_unit="steps",
+    method = TokenDropoutPlan("low", 0.5, "static", gamma_max=0.2, sharpness=1.0, midpoint=0.0, midpoint_unit="steps",
                           seed=3)
     gate = entropy_gate(batch["entropy"], batch["document_ids"], 0.5, "low").to(gpu)
     gated, steps, dropped = int(gate.sum()), 400, 0

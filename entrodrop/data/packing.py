@@ -1,5 +1,12 @@
 """Rows of whole samples laid end to end: the token kinds, ``pack_rows`` and the block-causal
-mask, shared by training (``entrodrop.data.loader``), the entropy precompute and validation.
+mask, shared by training (``entrodrop.data.loader``), the entropy precompute and validation, and
+``pack_samples``, the precompute's choice of which samples share a row.
+
+Training chooses its rows itself (``MixedPackedStream``): it takes samples in the order the seed
+drew them and carries the one that does not fit to the next row, since that order is the data
+order the run trains on. The precompute has a whole shard at once and no order to keep, so
+``pack_samples`` fits the shard best (fewer rows, less padding); the two choices differ, and
+both hand their rows to ``pack_rows``.
 
 A packed row holds whole samples end to end, each with its own positions and a mask that keeps
 attention inside its sample; labels are each token's successor within its sample
@@ -7,7 +14,8 @@ attention inside its sample; labels are each token's successor within its sample
 ``TARGET``, ``GENERAL`` or ``PADDING``; only target slots carry an entropy.
 """
 
-from typing import Callable, Dict, List, Optional, Tuple
+import bisect
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -85,3 +93,37 @@ def pack_rows(rows: List[List[Tuple[int, int]]], seq_len: int,
         "input_pos": torch.from_numpy(input_pos),
         "sample": torch.from_numpy(sample),
     }
+
+
+def pack_samples(lengths: Sequence[int], pack_len: int) -> List[List[int]]:
+    """Rows of sample indices whose lengths sum to at most ``pack_len``, by best fit decreasing.
+
+    Samples are taken longest first (ties in index order), each into the row with the least
+    room that still holds it, else into a new row; a row lists its samples longest first.
+    The rows depend on ``lengths`` alone. Empty samples go in no row.
+
+    Raises:
+        ValueError: a sample longer than ``pack_len``, named with both lengths.
+
+    Example:
+        >>> pack_samples([3, 5, 0, 2, 4], pack_len=7)
+        [[1, 3], [4, 0]]
+    """
+    too_long = [i for i, n in enumerate(lengths) if n > pack_len]
+    if too_long:
+        i = too_long[0]
+        raise ValueError(f"sample {i} has {lengths[i]} tokens, more than the pack length {pack_len} "
+                         f"({len(too_long)} sample(s) longer): packed rows hold whole samples")
+    rows: List[List[int]] = []
+    room: List[tuple] = []  # (free tokens, row) of the rows not full, in increasing order
+    for i in sorted((i for i, n in enumerate(lengths) if n), key=lambda i: (-lengths[i], i)):
+        k = bisect.bisect_left(room, (lengths[i], -1))  # the first row with room >= lengths[i]
+        if k == len(room):
+            rows.append([])
+            free, r = pack_len, len(rows) - 1
+        else:
+            free, r = room.pop(k)
+        rows[r].append(i)
+        if free > lengths[i]:
+            bisect.insort(room, (free - lengths[i], r))
+    return rows

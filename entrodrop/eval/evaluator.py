@@ -43,7 +43,7 @@ def evaluate_tasks(lm, tasks: List[str], task_manager, **kwargs) -> Optional[Dic
 class Evaluator:
     """One evaluation point of a run: entropy-bucket validation and lm-eval task groups, with
     nothing perturbed. The model runs in eval mode and goes back to the mode it was in; the
-    caller turns its perturbations off (``TokenDropoutRun`` does outside a micro-batch); the
+    caller turns its perturbations off (``TokenDropoutState`` does outside a micro-batch); the
     training RNG is restored after, so evaluating does not change the run.
 
     Args:

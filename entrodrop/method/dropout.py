@@ -221,8 +221,10 @@ def neftune_noise(valid: torch.Tensor, dim: int, alpha: float, generators: List[
 
 
 @dataclass(frozen=True)
-class TokenDropout:
-    """The token-dropout settings of a run; ``plan`` draws one step's mask.
+class TokenDropoutPlan:
+    """The method's plan for a run: its token-dropout settings, fixed from the config (all but a
+    ``midpoint: auto`` not fixed yet); ``plan`` draws one step's mask from them. What changes as
+    the run goes is ``entrodrop.train.token_dropout.TokenDropoutState``'s.
 
     ``midpoint`` is in ``midpoint_unit`` (``steps``, or ``epochs`` of the target corpus as the
     stream realizes them: see ``midpoint_step``); None while ``midpoint: auto`` has not fixed
@@ -239,7 +241,7 @@ class TokenDropout:
     seed: int
 
     @classmethod
-    def from_config(cls, token_dropout, seed: int) -> "TokenDropout":
+    def from_config(cls, token_dropout, seed: int) -> "TokenDropoutPlan":
         """The settings of a ``token_dropout`` config section, masks drawn from ``seed``. With
         ``midpoint: auto`` the midpoint starts as None (not fixed yet): ``entrodrop.train.midpoint``
         fixes it during the run. ``signal`` and the auto keys are read by those who use them.
@@ -248,7 +250,7 @@ class TokenDropout:
             >>> from omegaconf import OmegaConf
             >>> td = OmegaConf.create({"targeting": "low", "gate_percentile": 0.5, "schedule": "sigmoid",
             ...                        "gamma_max": 0.1, "sharpness": 0.2, "midpoint": "auto", "midpoint_unit": "epochs"})
-            >>> TokenDropout.from_config(td, seed=0).midpoint is None
+            >>> TokenDropoutPlan.from_config(td, seed=0).midpoint is None
             True
         """
         return cls(token_dropout.targeting, token_dropout.gate_percentile, token_dropout.schedule,
@@ -273,7 +275,7 @@ class TokenDropout:
         return drop_mask(gate, gamma, generators), gamma_max_j, gamma
 
 
-def plan_perturbation(dropout: TokenDropout, neftune_alpha: float, batch: dict, step: int, rows: range,
+def plan_perturbation(dropout: TokenDropoutPlan, neftune_alpha: float, batch: dict, step: int, rows: range,
                       dim: int, device: torch.device):
     """One step's input perturbation for ``rows`` of the global batch (a loader batch), planned
     on ``device``, the device the batch trains on: the mask is ready where the forward reads

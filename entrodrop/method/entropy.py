@@ -10,27 +10,18 @@ Samples reach the model in one of two layouts, with the same entropies (to round
   attention; batches of similar lengths waste little, but every batch has its own shape;
 - packed (``packed_sample_entropies``): whole samples laid end to end in rows of a fixed
   length with a block-causal mask and per-document positions, as training packs them
-  (``entrodrop.data.loader.pack_rows``), so every batch has one shape and almost no padding.
+  (``entrodrop.data.packing``), so every batch has one shape and almost no padding.
 
-The cache the precompute writes (recipes/precompute_entropy.py) is keyed by the model that
-computed it; ``check_cache_model`` refuses, at training start-up, a cache of another model, and
-one holding a value that is no entropy over the model's vocabulary.
+The cache the precompute writes (recipes/precompute_entropy.py) is data: its checks live with
+the other data code (``entrodrop.data.entropy_cache``).
 """
 
-import bisect
-import json
-import time
-from pathlib import Path
 from typing import Callable, List, Optional, Sequence
 
 import torch
 from torchtune.modules import TransformerDecoder
 
-from entrodrop.checkpointing import damaged_weights, find_weight_files
-from entrodrop.data.fingerprints import fingerprint_checkpoint
-from entrodrop.data.packing import IGNORE_INDEX, TARGET, block_causal_mask, pack_rows
-from entrodrop.data.sample_store import KINDS, MANIFEST, SampleStore, shards_written
-from entrodrop.errors import CacheMismatchError, CheckpointError
+from entrodrop.data.packing import IGNORE_INDEX, TARGET, block_causal_mask, pack_rows, pack_samples
 from entrodrop.models.head import fp32_logits, layerwise_hidden_states, output_weight
 
 
@@ -110,40 +101,6 @@ def sample_entropies(
     flat = entropy_from_hidden(hidden[predicts.to(device)], output_weight(model), chunk_size, vocab_chunk_size).cpu()
     first = torch.full((1,), float("nan"))
     return [torch.cat([first, h]) for h in flat.split((lengths - 1).tolist())]
-
-
-def pack_samples(lengths: Sequence[int], pack_len: int) -> List[List[int]]:
-    """Rows of sample indices whose lengths sum to at most ``pack_len``, by best fit decreasing.
-
-    Samples are taken longest first (ties in index order), each into the row with the least
-    room that still holds it, else into a new row; a row lists its samples longest first.
-    The rows depend on ``lengths`` alone. Empty samples go in no row.
-
-    Raises:
-        ValueError: a sample longer than ``pack_len``, named with both lengths.
-
-    Example:
-        >>> pack_samples([3, 5, 0, 2, 4], pack_len=7)
-        [[1, 3], [4, 0]]
-    """
-    too_long = [i for i, n in enumerate(lengths) if n > pack_len]
-    if too_long:
-        i = too_long[0]
-        raise ValueError(f"sample {i} has {lengths[i]} tokens, more than the pack length {pack_len} "
-                         f"({len(too_long)} sample(s) longer): packed rows hold whole samples")
-    rows: List[List[int]] = []
-    room: List[tuple] = []  # (free tokens, row) of the rows not full, in increasing order
-    for i in sorted((i for i, n in enumerate(lengths) if n), key=lambda i: (-lengths[i], i)):
-        k = bisect.bisect_left(room, (lengths[i], -1))  # the first row with room >= lengths[i]
-        if k == len(room):
-            rows.append([])
-            free, r = pack_len, len(rows) - 1
-        else:
-            free, r = room.pop(k)
-        rows[r].append(i)
-        if free > lengths[i]:
-            bisect.insort(room, (free - lengths[i], r))
-    return rows
 
 
 @torch.no_grad()
@@ -240,107 +197,3 @@ def shard_entropies(
         if on_batch is not None:
             on_batch(sum(len(samples[i]) for row in batch for i in row))
     return result
-
-
-class Throughput:
-    """Tokens a second over a run of batches, overall and in steady state, for the precompute's
-    log. Call it with each batch's token count as the batch finishes (``shard_entropies``'s
-    ``on_batch``: a batch's entropies have reached the CPU by then, so the device is done with
-    it). The steady state leaves out the first ``warmup_batches`` batches, where
-    ``torch.compile`` compiles: the first batch of a shape, and batched by length the second
-    too (the recompile with dynamic shapes). On an H100 the compile held a 586k-token run to
-    37k tokens/s overall while the progress bar peaked at 105k/s.
-
-    >>> clock = iter([0.0, 10.0, 11.0, 12.0, 13.0]).__next__
-    >>> meter = Throughput(warmup_batches=2, clock=clock)
-    >>> for tokens in (100, 100, 100, 100):
-    ...     meter(tokens)
-    >>> meter.summary()
-    '400 tokens in 13.0s (31 tokens/s); steady state 100 tokens/s after 2 warm-up batches (11.0s)'
-    >>> short = Throughput(warmup_batches=2, clock=iter([0.0, 10.0, 11.0]).__next__)
-    >>> short(100); short(100); short.summary()
-    '200 tokens in 11.0s (18 tokens/s); no steady state: 2 batches, 2 of them warm-up'
-    """
-
-    def __init__(self, warmup_batches: int = 2, clock: Callable[[], float] = time.perf_counter) -> None:
-        self._warmup_batches, self._clock = warmup_batches, clock
-        self._finished = [clock()]  # the clock at the start, then as each batch finished
-        self._tokens: List[int] = []
-
-    def __call__(self, num_tokens: int) -> None:
-        self._tokens.append(num_tokens)
-        self._finished.append(self._clock())
-
-    def steady_tokens_per_second(self) -> Optional[float]:
-        """Tokens a second after the warm-up batches; None when no batch came after them."""
-        if len(self._tokens) <= self._warmup_batches:
-            return None
-        seconds = self._finished[-1] - self._finished[self._warmup_batches]
-        return sum(self._tokens[self._warmup_batches :]) / seconds if seconds > 0 else None
-
-    def summary(self) -> str:
-        """One line: all tokens, their seconds and tokens/s, then the steady state and the warm-up."""
-        seconds = self._finished[-1] - self._finished[0]
-        line = f"{sum(self._tokens)} tokens in {seconds:.1f}s ({sum(self._tokens) / max(seconds, 1e-9):.0f} tokens/s)"
-        steady = self.steady_tokens_per_second()
-        if steady is None:
-            return line + f"; no steady state: {len(self._tokens)} batches, {self._warmup_batches} of them warm-up"
-        warmup, n = self._finished[self._warmup_batches] - self._finished[0], self._warmup_batches
-        return f"{line}; steady state {steady:.0f} tokens/s after {n} warm-up batches ({warmup:.1f}s)"
-
-
-def model_vocab_size(checkpoint_dir: str) -> int:
-    """The vocabulary of the Hugging Face checkpoint in ``checkpoint_dir`` (its config.json): the
-    tokens each entropy is over, at most ln of it."""
-    return json.loads((Path(checkpoint_dir) / "config.json").read_text())["vocab_size"]
-
-
-def check_cache_model(checkpoint_dir: str, *cache_dirs: Optional[str]) -> None:
-    """Refuse an entropy cache computed by another model than the one in ``checkpoint_dir``, at
-    training start-up: the fingerprint recipes/verify_entropy_cache.py compares
-    (``fingerprint_checkpoint``: config.json and three 1 MiB windows of each weight file,
-    milliseconds; no forward pass) against the one in each cache's manifest. None: a cache
-    the run does not read. Then every value of each cache is read once and refused unless it is
-    an entropy over the model's vocabulary (``SampleStore.check_entropies``): the caches are of
-    the target data, the small side of a run.
-
-    Raises:
-        CacheMismatchError: one line naming both fingerprints and the fix; a store that is no
-            entropy cache (a token store), named as such; or the shard files holding values that
-            are no entropies, with how many, the first, and the fix.
-        CheckpointError: a damaged weight file (an interrupted download), named as such rather
-            than as another model.
-    """
-    now = None
-    for cache_dir in (d for d in cache_dirs if d is not None):
-        manifest = json.loads((Path(cache_dir) / MANIFEST).read_text())
-        if manifest.get("kind") != "entropy":  # a token store's key names no model: its "fingerprint" is None
-            what, _, recipe = KINDS.get(manifest.get("kind"), (f"store of kind {manifest.get('kind')}", None, "another recipe"))
-            raise CacheMismatchError(f"{cache_dir} is a {what} (written by {recipe}), not an entropy cache: give the "
-                                     "cache_dir that recipes/precompute_entropy.py wrote for its token store, or run "
-                                     "that recipe to compute one")
-        cached = manifest["key"]["model"]
-        if now is None:
-            damaged = damaged_weights(Path(checkpoint_dir))
-            if damaged:
-                raise CheckpointError(damaged)
-            now = fingerprint_checkpoint(checkpoint_dir, find_weight_files(Path(checkpoint_dir)))
-        if cached != now:
-            raise CacheMismatchError(
-                f"the entropy cache {cache_dir} was computed by another model (fingerprint {cached}) than "
-                f"checkpointer.checkpoint_dir={checkpoint_dir} (fingerprint {now}): point checkpoint_dir at the model "
-                "that computed it, or re-run recipes/precompute_entropy.py with this one into a new cache_dir "
-                "(recipes/verify_entropy_cache.py names everything that differs)")
-    for cache_dir in (d for d in cache_dirs if d is not None):
-        SampleStore(cache_dir, "entropy").check_entropies(model_vocab_size(checkpoint_dir))
-
-
-def kept_shards(cache_dir: str) -> str:
-    """What a precompute stopped by Ctrl-C keeps and how to go on, for the one line the recipe
-    prints (``entrodrop.config.cli.reported``): the shards written (each is whole: it is renamed
-    into place), which the same command keeps, computing the others."""
-    done, total, _ = shards_written(cache_dir) or (0, 0, False)
-    if done == 0:
-        return f"no shard of the entropy cache {cache_dir} was written yet; run the same command again to compute it"
-    return (f"{done} of {total} shards of the entropy cache {cache_dir} are written and kept; run the same command "
-            f"again (the same cache_dir) to compute the other {total - done}")

@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from torchtune import utils
 
-from entrodrop.method.dropout import AUTO, TokenDropout, auto_midpoint
+from entrodrop.method.dropout import AUTO, TokenDropoutPlan, auto_midpoint
 
 log = utils.get_logger("INFO")
 
@@ -64,7 +64,7 @@ class MidpointWatch:
                                          f"curriculum runs from step {record['step'] + 1}")
         return self.j0
 
-    def apply(self, dropout: TokenDropout) -> TokenDropout:
+    def apply(self, dropout: TokenDropoutPlan) -> TokenDropoutPlan:
         """``dropout`` with the fixed j0 as its midpoint, in its ``midpoint_unit``; unchanged (its
         midpoint None: gamma_max(j) = 0 exactly) while j0 is not fixed."""
         if self.j0 is None:

@@ -1,7 +1,7 @@
 """EntroDrop over a training run: the one object a recipe asks about the method.
 
 It owns everything of the method that lives across steps: e_bar (the base model's mean
-embedding), the settings (``entrodrop.method.dropout.TokenDropout``), the ``midpoint: auto``
+embedding), the method's plan (``entrodrop.method.dropout.TokenDropoutPlan``), the ``midpoint: auto``
 watch (``entrodrop.train.midpoint``), the live loss signal of ``signal: loss``
 (``entrodrop.method.loss_signal``) and the embedding hook the method enters the model by. A
 recipe's step shows the method in three calls::
@@ -31,7 +31,7 @@ from entrodrop.data.sample_store import SampleStore
 from entrodrop.method.dropout import (
     AUTO_NOT_FIXED,
     EmbeddingHook,
-    TokenDropout,
+    TokenDropoutPlan,
     mean_embedding,
     perturb_embeddings,
     plan_perturbation,
@@ -42,12 +42,13 @@ from entrodrop.train.midpoint import MidpointWatch, midpoint_state
 log = utils.get_logger("INFO")
 
 
-class TokenDropoutRun:
-    """EntroDrop's state over a run (see the module docs); built by ``from_config``, then
-    ``attach``-ed to the model once it is built.
+class TokenDropoutState:
+    """EntroDrop's state over a run (see the module docs), around the method's plan
+    (``TokenDropoutPlan``); built by ``from_config``, then ``attach``-ed to the model once it is
+    built.
 
     Args:
-        dropout (TokenDropout): the ``token_dropout`` settings, masks drawn from the run's seed.
+        dropout (TokenDropoutPlan): the ``token_dropout`` settings, masks drawn from the run's seed.
         neftune_alpha (float): NEFTune's alpha (the paper's baseline; 0: off).
         midpoint (Optional[MidpointWatch]): the ``midpoint: auto`` watch; None for a number.
         loss_fn: the training loss (``loss`` in the YAML).
@@ -58,7 +59,7 @@ class TokenDropoutRun:
             then gathers every rank's losses, so all ranks keep the same signal).
     """
 
-    def __init__(self, dropout: TokenDropout, neftune_alpha: float, midpoint: Optional[MidpointWatch], loss_fn,
+    def __init__(self, dropout: TokenDropoutPlan, neftune_alpha: float, midpoint: Optional[MidpointWatch], loss_fn,
                  entropy_cache: Optional[str], device: torch.device, distributed: bool = False) -> None:
         self.dropout, self._neftune_alpha, self._midpoint = dropout, neftune_alpha, midpoint
         self._loss_fn, self._device, self._distributed = loss_fn, device, distributed
@@ -73,11 +74,11 @@ class TokenDropoutRun:
         self._planned: Tuple[Optional[torch.Tensor], Optional[torch.Tensor], Optional[torch.Tensor]] = (None,) * 3
 
     @classmethod
-    def from_config(cls, cfg, loss_fn, seed: int, device: torch.device, distributed: bool = False) -> "TokenDropoutRun":
+    def from_config(cls, cfg, loss_fn, seed: int, device: torch.device, distributed: bool = False) -> "TokenDropoutState":
         """From a training config: ``token_dropout``, ``neftune_alpha`` and, for ``signal: loss``,
         ``data.target_entropy``; masks drawn from ``seed``."""
         td = cfg.token_dropout
-        return cls(TokenDropout.from_config(td, seed), cfg.neftune_alpha, MidpointWatch.from_config(td), loss_fn,
+        return cls(TokenDropoutPlan.from_config(td, seed), cfg.neftune_alpha, MidpointWatch.from_config(td), loss_fn,
                    cfg.data.target_entropy if td.signal == "loss" else None, device, distributed)
 
     def attach(self, model: nn.Module, embedding_weight: Optional[torch.Tensor]) -> None:

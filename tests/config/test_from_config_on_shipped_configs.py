@@ -9,7 +9,7 @@ import torch
 from conftest import REPO
 from omegaconf import OmegaConf
 
-from entrodrop.method.dropout import AUTO, TokenDropout
+from entrodrop.method.dropout import AUTO, TokenDropoutPlan
 
 CONFIGS = sorted((REPO / "configs").rglob("*.yaml"))
 TRAINING_CONFIGS = [p for p in CONFIGS if "token_dropout" in OmegaConf.load(p)]
@@ -26,9 +26,9 @@ def test_token_dropout_from_config_is_the_recipes_eight_arguments(path, midpoint
     td = OmegaConf.load(path).token_dropout
     if midpoint == AUTO:
         td.midpoint = AUTO
-    built = TokenDropout.from_config(td, seed=7)
+    built = TokenDropoutPlan.from_config(td, seed=7)
     # What both training recipes wrote before from_config, with midpoint: auto not fixed yet (None).
-    before = TokenDropout(td.targeting, td.gate_percentile, td.schedule, td.gamma_max, td.sharpness,
+    before = TokenDropoutPlan(td.targeting, td.gate_percentile, td.schedule, td.gamma_max, td.sharpness,
                           None if td.midpoint == AUTO else td.midpoint, td.midpoint_unit, 7)
     assert built == before
     assert (built.midpoint is None) == (midpoint == AUTO)

@@ -7,7 +7,7 @@ import torch
 
 from entrodrop.method.dropout import (
     EmbeddingHook,
-    TokenDropout,
+    TokenDropoutPlan,
     add_hidden_dropout,
     auto_midpoint,
     draw_gamma,
@@ -122,7 +122,7 @@ def test_gate_counts_per_document_with_ties_at_the_percentile():
 def test_drop_fraction_matches_expected_gamma_times_gated_fraction():
     gen = torch.Generator().manual_seed(1)
     h, docs = packed_entropy(gen)
-    method = TokenDropout("low", 0.5, "static", gamma_max=0.2, sharpness=1.0, midpoint=0.0, midpoint_unit="steps", seed=3)
+    method = TokenDropoutPlan("low", 0.5, "static", gamma_max=0.2, sharpness=1.0, midpoint=0.0, midpoint_unit="steps", seed=3)
     gate = entropy_gate(h, docs, 0.5, "low")
     dropped, gated, steps = 0, int(gate.sum()), 3000
     for step in range(steps):
@@ -138,7 +138,7 @@ def test_drop_fraction_matches_expected_gamma_times_gated_fraction():
 
 def test_masks_depend_on_global_rows_not_on_how_they_are_split():
     h, docs = packed_entropy(torch.Generator().manual_seed(2))
-    method = TokenDropout("low", 0.5, "static", 0.5, 1.0, 0.0, "steps", seed=0)
+    method = TokenDropoutPlan("low", 0.5, "static", 0.5, 1.0, 0.0, "steps", seed=0)
     whole, _, _ = method.plan(h, docs, 7, 1.0, range(2))
     top, _, _ = method.plan(h[:1], docs[:1], 7, 1.0, range(0, 1))
     bottom, _, _ = method.plan(h[1:], docs[1:], 7, 1.0, range(1, 2))
@@ -153,20 +153,20 @@ def test_a_step_plan_counts_the_target_tokens_it_drops_on_the_device_it_is_given
     domain = torch.ones_like(docs)  # the loader's TARGET
     domain[1, 22:32], domain[1, 32:] = 0, -1  # row 1: a general document (GENERAL), then padding
     batch = {"entropy": h, "document_ids": docs, "domain": domain, "target_epoch": 1.0}
-    method = TokenDropout("low", 0.5, "static", 0.5, 1.0, 0.0, "steps", seed=0)
+    method = TokenDropoutPlan("low", 0.5, "static", 0.5, 1.0, 0.0, "steps", seed=0)
     drop, noise, stats, counts = plan_perturbation(method, 0.0, batch, 3, range(2), 8, torch.device("cpu"))
     assert noise is None and stats["gamma_max"] == 0.5 and 0 < stats["gamma"] <= 0.5
     assert torch.equal(drop, method.plan(h, docs, 3, 1.0, range(2))[0])  # the same mask as the plan's
     assert counts.dtype == torch.long and counts.device == drop.device
     assert counts.tolist() == [int(drop[domain == 1].sum()), int((domain == 1).sum())] and counts[0] > 0
-    _, _, _, counts = plan_perturbation(TokenDropout("low", 0.5, "none", 0.5, 1.0, 0.0, "steps", 0), 0.0, batch, 3,
+    _, _, _, counts = plan_perturbation(TokenDropoutPlan("low", 0.5, "none", 0.5, 1.0, 0.0, "steps", 0), 0.0, batch, 3,
                                         range(2), 8, torch.device("cpu"))
     assert counts.tolist() == [0, int((domain == 1).sum())]
 
 
 def test_no_schedule_draws_nothing():
     h, docs = packed_entropy(torch.Generator().manual_seed(3))
-    drop, gamma_max_j, gamma = TokenDropout("low", 0.5, "none", 0.1, 1.0, 0.0, "steps", 0).plan(h, docs, 5, 1.0, range(2))
+    drop, gamma_max_j, gamma = TokenDropoutPlan("low", 0.5, "none", 0.1, 1.0, 0.0, "steps", 0).plan(h, docs, 5, 1.0, range(2))
     assert drop is None and gamma_max_j == gamma == 0.0
 
 
@@ -295,7 +295,7 @@ def test_auto_midpoint_is_fixed_once_later_evaluations_never_move_it():
 def test_a_midpoint_not_yet_fixed_keeps_gamma_max_at_zero_exactly():
     h, docs = packed_entropy(torch.Generator().manual_seed(3))
     for unit in ("epochs", "steps"):
-        waiting = TokenDropout("low", 0.5, "sigmoid", 0.1, 10.0, None, unit, 0)
+        waiting = TokenDropoutPlan("low", 0.5, "sigmoid", 0.1, 10.0, None, unit, 0)
         for step in (0, 5, 10_000):
             assert waiting.plan(h, docs, step, 100.0, range(2)) == (None, 0.0, 0.0)
     assert gamma_max_at(10_000, 0.1, "sigmoid", 10.0, midpoint_step(None, "steps", 10_000, 1.0)) == 0.0

@@ -17,12 +17,11 @@ from entrodrop.checkpointing import HFCheckpointer
 from entrodrop.config import schemas
 from entrodrop.config.check import check_config
 from entrodrop.data.corpus import tokenize_corpus
-from entrodrop.data.sample_store import SampleStore, SampleStoreWriter, sample_table
+from entrodrop.data.sample_store import SampleStore, SampleStoreWriter
 from entrodrop.errors import ConfigError
 from entrodrop.method import entropy
 from entrodrop.method.entropy import (
     entropy_from_hidden,
-    pack_samples,
     sample_entropies,
     shard_entropies,
 )
@@ -113,25 +112,6 @@ def test_a_sample_of_one_token_has_only_nan(tiny):
     _, models = tiny
     (h,) = sample_entropies(models["qwen3"], [torch.tensor([5])], chunk_size=4, vocab_chunk_size=64)
     assert h.shape == (1,) and torch.isnan(h).all()
-
-
-def test_pack_samples_places_every_sample_once_within_the_pack_length():
-    gen = torch.Generator().manual_seed(0)
-    lengths = torch.randint(0, 100, (300,), generator=gen).tolist() + [0, 100, 1]
-    rows = pack_samples(lengths, pack_len=100)
-    placed = [i for row in rows for i in row]
-    assert sorted(placed) == [i for i, n in enumerate(lengths) if n]  # each non-empty sample once
-    assert all(sum(lengths[i] for i in row) <= 100 for row in rows)
-    assert [lengths[i] for i in rows[0]] == [100]  # a sample of exactly the pack length fills a row
-    # Best fit decreasing fills these rows to 95% (in the order given, a new row whenever a
-    # sample does not fit the current one would fill 74%).
-    assert sum(lengths) / (100 * len(rows)) > 0.95
-    assert pack_samples(lengths, pack_len=100) == rows  # a function of the lengths alone
-
-
-def test_pack_samples_refuses_a_sample_longer_than_the_pack_length():
-    with pytest.raises(ValueError, match=r"sample 2 has 9 tokens, more than the pack length 8 \(2 sample"):
-        pack_samples([8, 3, 9, 0, 12], pack_len=8)
 
 
 @pytest.mark.parametrize("name", ["qwen3", "llama3_1"])
@@ -334,32 +314,3 @@ def test_every_precompute_config_has_every_key_and_rows_that_hold_its_samples(pa
         tokenize = OmegaConf.load(REPO / header[0].split("--config ")[1].split()[0])
         assert cfg.pack_len >= tokenize.max_seq_len, path
     assert not cfg.compile or cfg.pack_len is not None, f"{path}: compile with pack_len null recompiles per length"
-
-
-def test_ctrl_c_says_how_many_shards_of_the_cache_are_kept(tmp_path):
-    """What the one line printed on Ctrl-C says a precompute kept (entrodrop.config.cli.reported)."""
-    cache = tmp_path / "entropy"
-    nothing = f"no shard of the entropy cache {cache} was written yet; run the same command again to compute it"
-    assert entropy.kept_shards(str(cache)) == nothing
-    key = {"model": "m", "tokenizer": "t", "corpus": "c", "max_seq_len": 8}
-    writer = SampleStoreWriter(str(cache), "entropy", key, 3, samples_per_shard=1, create=True)
-    assert entropy.kept_shards(str(cache)) == nothing  # the manifest alone: Ctrl-C as the model loaded
-    writer.write_shard(0, [np.zeros(2, np.float16)], sample_table([[1, 2]]))
-    (cache / ".shard-00001.tmp-x").mkdir()  # the shard Ctrl-C stopped: not written
-    assert entropy.kept_shards(str(cache)) == (f"1 of 3 shards of the entropy cache {cache} are written and kept; run "
-                                               "the same command again (the same cache_dir) to compute the other 2")
-
-
-def test_a_token_store_given_as_an_entropy_cache_is_named_a_token_store(tmp_path):
-    """It said the cache was "computed by another model (fingerprint None)": a token store's key names no model."""
-    from entrodrop.data.sample_store import write_store
-    from entrodrop.errors import CacheMismatchError
-
-    tokens = [np.arange(5, dtype=np.int32), np.arange(3, dtype=np.int32)]
-    key = {"model": None, "tokenizer": "t", "corpus": "c", "max_seq_len": 8}
-    write_store(str(tmp_path / "target"), "tokens", key, tokens, sample_table(tokens), 4)
-    with pytest.raises(CacheMismatchError) as error:
-        entropy.check_cache_model(str(REPO / "assets/tiny/qwen3"), str(tmp_path / "target"))
-    assert str(error.value) == (f"{tmp_path / 'target'} is a token store (written by recipes/tokenize_corpus.py), not "
-                                "an entropy cache: give the cache_dir that recipes/precompute_entropy.py wrote for its "
-                                "token store, or run that recipe to compute one")

@@ -28,7 +28,7 @@ from entrodrop.data.packing import IGNORE_INDEX, TARGET, block_causal_mask
 from entrodrop.data.sample_store import SampleStore, sample_table, write_store
 from entrodrop.errors import ConfigError
 from entrodrop.loss import LinearCrossEntropy
-from entrodrop.method.dropout import TokenDropout, entropy_gate, plan_perturbation
+from entrodrop.method.dropout import TokenDropoutPlan, entropy_gate, plan_perturbation
 from entrodrop.method.loss_signal import (
     LossSignal,
     flat_values,
@@ -192,7 +192,7 @@ def test_general_tokens_and_padding_are_never_recorded_or_gated(stores, batch):
     assert torch.isnan(signal.lookup(index)[other]).all()
     for targeting in ("low", "high", "random"):
         assert not entropy_gate(signal.lookup(index), batch["document_ids"], 1.0, targeting)[other].any()
-    dropout = TokenDropout("low", 1.0, "static", 1.0, 0.2, 0, "steps", seed=0)
+    dropout = TokenDropoutPlan("low", 1.0, "static", 1.0, 0.2, 0, "steps", seed=0)
     drop, _, _, counts = plan_perturbation(dropout, 0.0, {**batch, "entropy": signal.lookup(index)}, 0, range(4), 16,
                                            torch.device("cpu"))
     assert drop.any() and not drop[other].any() and counts[0] == drop.sum()

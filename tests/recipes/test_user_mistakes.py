@@ -21,8 +21,8 @@ from omegaconf import OmegaConf
 from safetensors.torch import load_file, save_file
 
 from entrodrop.config import cli, schemas
+from entrodrop.data.entropy_cache import check_cache_model
 from entrodrop.errors import CacheMismatchError, ConfigError, OutputDirError
-from entrodrop.method.entropy import check_cache_model
 from entrodrop.train.run_lock import LOCK_NAME, hold_run_dir
 
 TRAIN = ["recipes/entrodrop_single_device.py", "--config", "configs/tiny/qwen3_entrodrop_single_device.yaml"]

@@ -12,7 +12,7 @@ from lm_eval.api.model import LM
 from lm_eval.tasks import TaskManager
 from omegaconf import OmegaConf
 
-from entrodrop.report import read_run
+from entrodrop.analysis.report import read_run
 
 demo = _load_script("demo")
 TASKS = REPO / "entrodrop" / "tasks"
@@ -212,7 +212,7 @@ def test_no_table_the_demos_print_has_a_column_empty_in_every_row(tmp_path):
     """The CPU demo scores no lm-eval task: its table has no average or documents column of
     dashes (the report leaves out a column nothing fills); the GPU tables keep theirs."""
 
-    from entrodrop.report import write_report
+    from entrodrop.analysis.report import write_report
 
     switches = {"baseline": "schedule: none", "entrodrop": "schedule: sigmoid\n  signal: entropy",
                 "entrodrop_loss": "schedule: sigmoid\n  signal: loss", "entrodrop_auto": "schedule: sigmoid"}

@@ -8,7 +8,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from entrodrop.method.dropout import TokenDropout
+from entrodrop.method.dropout import TokenDropoutPlan
 from entrodrop.train.midpoint import MidpointWatch, midpoint_state
 
 # (step, all-token validation loss) every 3 steps: it falls to 2.2 at step 9, then rises.
@@ -75,15 +75,15 @@ def test_a_recipe_state_saved_before_the_watch_existed_resumes():
 def test_j0_enters_the_dropout_in_its_unit_and_not_before_it_is_fixed():
     watch = MidpointWatch(2, 0.0)
     for unit, midpoint in (("epochs", 0.75), ("steps", 9)):
-        dropout = TokenDropout.from_config(td(midpoint_unit=unit), seed=3)
+        dropout = TokenDropoutPlan.from_config(td(midpoint_unit=unit), seed=3)
         assert dropout.midpoint is None and watch.apply(dropout) is dropout
     for step, loss in LOSSES[:5]:
         watch.observe(record(step, loss))
     for unit, midpoint in (("epochs", 0.75), ("steps", 9)):
-        dropout = TokenDropout.from_config(td(midpoint_unit=unit), seed=3)
+        dropout = TokenDropoutPlan.from_config(td(midpoint_unit=unit), seed=3)
         fixed = watch.apply(dropout)
         assert fixed.midpoint == midpoint and fixed.midpoint_unit == unit and fixed.seed == 3
-        assert fixed == TokenDropout.from_config(td(midpoint=midpoint, midpoint_unit=unit), seed=3)
+        assert fixed == TokenDropoutPlan.from_config(td(midpoint=midpoint, midpoint_unit=unit), seed=3)
 
 
 def test_only_midpoint_auto_has_a_watch_and_every_recipe_state_keeps_its_keys():

@@ -1,4 +1,4 @@
-"""TokenDropoutRun (entrodrop.train.token_dropout): the recipes' one owner of EntroDrop's run
+"""TokenDropoutState (entrodrop.train.token_dropout): the recipes' one owner of EntroDrop's run
 state. The masks, the gate and the schedule have their tests in test_dropout.py; the recipes'
 resume tests show the run state surviving a kill. These show what the object adds: the
 perturbation exists only inside a micro-batch, and its state keeps the recipe-state keys."""
@@ -10,7 +10,7 @@ from torchtune.modules.loss import CEWithChunkedOutputLoss
 
 from entrodrop.method.dropout import mean_embedding
 from entrodrop.models.qwen3._component_builders import qwen3
-from entrodrop.train.token_dropout import TokenDropoutRun
+from entrodrop.train.token_dropout import TokenDropoutState
 
 
 def config(midpoint="0") -> OmegaConf:
@@ -37,7 +37,7 @@ def a_batch():
 
 def test_e_bar_is_at_the_dropped_positions_inside_a_micro_batch_only():
     model = tiny_model()
-    run = TokenDropoutRun.from_config(config(), CEWithChunkedOutputLoss(), seed=0, device=torch.device("cpu"))
+    run = TokenDropoutState.from_config(config(), CEWithChunkedOutputLoss(), seed=0, device=torch.device("cpu"))
     run.attach(model, model.tok_embeddings.weight.detach().clone())
     batch = a_batch()
     plan = lambda step: run.dropout.plan(batch["entropy"], batch["document_ids"], step, 1.0, range(2))[0]  # noqa: E731
@@ -58,16 +58,16 @@ def test_e_bar_is_at_the_dropped_positions_inside_a_micro_batch_only():
 
 def test_its_state_is_the_recipe_states_keys_and_a_resume_keeps_the_saved_e_bar_and_j0():
     model = tiny_model()
-    run = TokenDropoutRun.from_config(config("auto"), CEWithChunkedOutputLoss(), 0, torch.device("cpu"))
+    run = TokenDropoutState.from_config(config("auto"), CEWithChunkedOutputLoss(), 0, torch.device("cpu"))
     run.attach(model, model.tok_embeddings.weight.detach())
     assert run.dropout.midpoint is None
     for step, loss in [(3, 3.0), (6, 3.5)]:
         record = run.observe({"target_epoch": step / 10, "step": step, "val_loss": {"all": loss}})
     assert record["auto_midpoint"] == {"target_epoch": 0.3, "step": 3, "fixed_at_step": 6} and run.dropout.midpoint == 3
     state = run.state_dict()
-    # The keys recipe states held before TokenDropoutRun: a checkpoint from either resumes.
+    # The keys recipe states held before TokenDropoutState: a checkpoint from either resumes.
     assert set(state) == {"e_bar", "val_losses", "j0", "loss_signal"} and state["loss_signal"] is None
-    resumed = TokenDropoutRun.from_config(config("auto"), CEWithChunkedOutputLoss(), 0, torch.device("cpu"))
+    resumed = TokenDropoutState.from_config(config("auto"), CEWithChunkedOutputLoss(), 0, torch.device("cpu"))
     resumed.attach(model, None)  # a resumed run: e_bar comes from its state, not from trained weights
     resumed.load_state_dict({**state, "step": 6, "optimizer": {}})  # a whole recipe state
     assert torch.equal(resumed.state_dict()["e_bar"], state["e_bar"]) and resumed.dropout.midpoint == 3

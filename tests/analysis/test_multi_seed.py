@@ -1,4 +1,4 @@
-"""entrodrop/seeds.py: the arithmetic of several seeds (means, ranges, differences paired by seed
+"""entrodrop/analysis/multi_seed.py: the arithmetic of several seeds (means, ranges, differences paired by seed
 with their interval and verdict), the tables and the figure it makes, and the regime check read
 off a baseline."""
 
@@ -7,8 +7,7 @@ import json
 import pytest
 from conftest import fake_run
 
-from entrodrop.report import read_run
-from entrodrop.seeds import (
+from entrodrop.analysis.multi_seed import (
     band,
     by_seed,
     claim_row,
@@ -25,6 +24,7 @@ from entrodrop.seeds import (
     verdict,
     verdict_lines,
 )
+from entrodrop.analysis.report import read_run
 
 
 def bucket_run(root, name, curve):

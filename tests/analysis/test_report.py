@@ -1,4 +1,4 @@
-"""scripts/report.py and entrodrop/report.py on recorded runs: the plots, the table and the midpoint
+"""scripts/report.py and entrodrop/analysis/report.py on recorded runs: the plots, the table and the midpoint
 it proposes, no midpoint without a turn-up of the validation loss, and bad arguments refused with
 what exists listed."""
 
@@ -10,16 +10,16 @@ import numpy as np
 import torch
 from conftest import REPO, _load_script, columns_of, fake_run
 
-from entrodrop.eval.records import (
-    record_evaluation,
-)
-from entrodrop.models.qwen3._model_builders import qwen3_tokenizer
-from entrodrop.report import (
+from entrodrop.analysis.report import (
     agreement_points,
     propose_midpoint,
     read_run,
     write_report,
 )
+from entrodrop.eval.records import (
+    record_evaluation,
+)
+from entrodrop.models.qwen3._model_builders import qwen3_tokenizer
 
 
 def report(monkeypatch, capsys, *args):
@@ -90,9 +90,9 @@ def test_figure_1b_plots_the_target_score_against_the_loss_only_for_a_target_gro
 def test_figure_5c_shows_a_held_out_sample_with_the_gates_choice(data, tmp_path, monkeypatch, capsys):
     from omegaconf import OmegaConf
 
+    from entrodrop.analysis.report import entropy_sample
     from entrodrop.data.sample_store import SampleStore
     from entrodrop.method.dropout import entropy_gate
-    from entrodrop.report import entropy_sample
 
     overrides = dict(arg.split("=", 1) for arg in data)
     tokens = SampleStore(overrides["evaluation.validation.target_tokens"], "tokens")

@@ -355,6 +355,25 @@ def write_report(runs: List[Dict], out_dir: str, target_group: Optional[str] = N
     for note in notes:
         log.warning(note)
 
+    draw_val_loss_by_entropy(runs, out / "val_loss_by_entropy.png", color, midpoint)
+    draw_benchmarks(runs, groups, kept, out / "benchmarks.png", color)
+    files = ["val_loss_by_entropy.png", "benchmarks.png"]
+    if target_group is not None:
+        draw_score_vs_loss(runs, target_group, out / "score_vs_val_loss.png", kept[target_group])
+        files.append("score_vs_val_loss.png")
+    if draw_signal_agreement(runs, out / "signal_agreement.png", color):
+        files.append("signal_agreement.png")
+    draw_gamma_schedule(runs, out / "gamma_schedule.png", color, midpoint)
+    rows = write_table(runs, out / "table.md", target_group, shown.get(target_group, []), midpoint, notes)
+    return {"rows": rows, "midpoint": midpoint, "auto_midpoints": {run["name"]: run["auto_midpoint"] for run in runs},
+            "notes": notes, "target_group": target_group,
+            "files": [str(out / f) for f in (*files, "gamma_schedule.png", "table.md")]}
+
+
+def draw_val_loss_by_entropy(runs: List[Dict], path, color: Dict[str, str], midpoint: Optional[Dict]) -> None:
+    """Figure 1c: the validation loss on all, low- and high-entropy tokens against target epoch,
+    one panel a bucket, with the j0 each ``midpoint: auto`` run chose (dashed) and ``midpoint``,
+    the baseline's proposal (``propose_midpoint``; dotted)."""
     fig, axes = plt.subplots(1, 3, figsize=(13, 4.2), sharex=True)
     axes[2].sharey(axes[1])  # the low and high buckets on one scale, as the paper's figure 1c
     for ax, bucket in zip(axes, BUCKET_TITLES):
@@ -366,16 +385,20 @@ def write_report(runs: List[Dict], out_dir: str, target_group: Optional[str] = N
                 ax.axvline(run["auto_midpoint"]["target_epoch"], color=color[run["name"]], linestyle="--",
                            label=f"{run['name']}: j0 chosen by auto")
         if midpoint and midpoint["midpoint_epochs"] is not None:
-            ax.axvline(midpoint["midpoint_epochs"], color=color[baseline], linestyle=":",
-                       label=f"{baseline}: proposed j0")
+            ax.axvline(midpoint["midpoint_epochs"], color=color[midpoint["run"]], linestyle=":",
+                       label=f"{midpoint['run']}: proposed j0")
         ax.set(title=BUCKET_TITLES[bucket], xlabel="target epoch", ylabel="validation loss")
         ax.grid(alpha=0.3)
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), frameon=False)  # below: no curve hidden
     fig.tight_layout(rect=(0, 0.06 * math.ceil(len(labels) / 4), 1, 1))
-    fig.savefig(out / "val_loss_by_entropy.png", dpi=110)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
 
+
+def draw_benchmarks(runs: List[Dict], groups: List[str], kept: Dict[str, set], path, color: Dict[str, str]) -> None:
+    """Figure 3a: each task group's average against target epoch, one panel a group, of the
+    evaluations ``kept`` (ids, by group, of those ``compared`` keeps)."""
     fig, axes = plt.subplots(1, max(len(groups), 1), figsize=(4.5 * max(len(groups), 1), 3.6), squeeze=False)
     for ax, group in zip(axes[0], groups):
         for run in runs:
@@ -386,15 +409,13 @@ def write_report(runs: List[Dict], out_dir: str, target_group: Optional[str] = N
         ax.grid(alpha=0.3)
         ax.legend()
     fig.tight_layout()
-    fig.savefig(out / "benchmarks.png", dpi=110)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
-    files = ["val_loss_by_entropy.png", "benchmarks.png"]
-    if target_group is not None:
-        draw_score_vs_loss(runs, target_group, out / "score_vs_val_loss.png", kept[target_group])
-        files.append("score_vs_val_loss.png")
-    if draw_signal_agreement(runs, out / "signal_agreement.png", color):
-        files.append("signal_agreement.png")
 
+
+def draw_gamma_schedule(runs: List[Dict], path, color: Dict[str, str], midpoint: Optional[Dict]) -> None:
+    """gamma_max(j) and the drawn gamma_j of each run against step, with the step of each j0
+    ``midpoint: auto`` chose (dashed) and of ``midpoint``, the baseline's proposal (dotted)."""
     fig, ax = plt.subplots(figsize=(6.5, 3.6))
     for run in runs:
         steps = [s for s, m in run["steps"].items() if "gamma_max" in m]
@@ -406,18 +427,26 @@ def write_report(runs: List[Dict], out_dir: str, target_group: Optional[str] = N
             ax.axvline(run["auto_midpoint"]["step"], color=color[run["name"]], linestyle="--",
                        label=f"{run['name']}: j0 chosen by auto")
     if midpoint and midpoint["midpoint_steps"] is not None:
-        ax.axvline(midpoint["midpoint_steps"], color=color[baseline], linestyle=":", label=f"{baseline}: proposed j0")
+        ax.axvline(midpoint["midpoint_steps"], color=color[midpoint["run"]], linestyle=":",
+                   label=f"{midpoint['run']}: proposed j0")
     ax.set(title="token-dropout schedule (dots: drawn gamma_j)", xlabel="step", ylabel="rate")
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(out / "gamma_schedule.png", dpi=110)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
 
-    rows = [{**summarize(run, target_group, shown.get(target_group, [])), "midpoint": run_midpoint(run),
-             "signal": run_signal(run)} for run in runs]
+
+def write_table(runs: List[Dict], path, target_group: Optional[str], kept: List[Dict], midpoint: Optional[Dict],
+                notes: List[str]) -> List[Dict]:
+    """``table.md``: a row a run (``summarize`` over ``kept``, the evaluations ``compared``
+    keeps; its j0, ``midpoint``'s proposal on the baseline's row; its signal), then the proposal,
+    the ``notes`` and what each ``midpoint: auto`` and ``signal: loss`` run did; returns the rows."""
+    rows = [{**summarize(run, target_group, kept), "midpoint": run_midpoint(run), "signal": run_signal(run)}
+            for run in runs]
     if midpoint and midpoint["midpoint_epochs"] is not None:
-        rows[[run["name"] for run in runs].index(baseline)]["midpoint"] = f"{midpoint['midpoint_epochs']:.2f} (proposed)"
+        rows[[run["name"] for run in runs].index(midpoint["run"])]["midpoint"] = (
+            f"{midpoint['midpoint_epochs']:.2f} (proposed)")
     # The documents per task beside each average: a model's score on a subset of each task (an
     # in-training ``limit``) differs from its score on every document, and would read as another result.
     lines = markdown_table(
@@ -444,10 +473,8 @@ def write_report(runs: List[Dict], out_dir: str, target_group: Optional[str] = N
             lines += ["", f"`signal: loss` in {run['name']}: at epoch {epoch:.2f} its gate took {agreement:.1%} of the "
                           f"entropy gate's tokens; rank correlation of the two signals {rho:.3f} "
                           "(signal_agreement.png)."]
-    (out / "table.md").write_text("\n".join(lines) + "\n")
-    return {"rows": rows, "midpoint": midpoint, "auto_midpoints": {run["name"]: run["auto_midpoint"] for run in runs},
-            "notes": notes, "target_group": target_group,
-            "files": [str(out / f) for f in (*files, "gamma_schedule.png", "table.md")]}
+    Path(path).write_text("\n".join(lines) + "\n")
+    return rows
 
 
 def draw_score_vs_loss(runs: List[Dict], target_group: str, path, kept: Optional[set] = None) -> None:

@@ -10,7 +10,7 @@ Two settings are compared *seed by seed*. Seed s draws the same data order and t
 every setting, so the difference ``setting_s - reference_s`` holds what the setting changed and
 little of what the seed did (common random numbers): these paired differences vary far less than
 either setting's own seeds. ``paired`` gives their mean, its 95% t-interval over the seeds both
-settings have (``entrodrop.stats.t_interval``) and how many lie on each side of 0; a seed one of
+settings have (``entrodrop.analysis.confidence.t_interval``) and how many lie on each side of 0; a seed one of
 the two lacks is left out. ``verdict`` reads a paired difference against the direction a claim
 expects: ``holds`` when the interval excludes 0 in that direction, ``reversed`` when it excludes 0
 the other way, ``not resolved`` when it holds 0 or there is a single pair (no interval).
@@ -26,9 +26,9 @@ the other way, ``not resolved`` when it holds 0 or there is a single pair (no in
 
 from typing import Dict, List, Optional, Sequence
 
+from entrodrop.analysis.confidence import CONFIDENCE, t_interval
+from entrodrop.analysis.report import BUCKET_TITLES, compared, documents_per_task, markdown_table, run_signal, summarize
 from entrodrop.eval.records import best_epoch
-from entrodrop.report import BUCKET_TITLES, compared, documents_per_task, markdown_table, run_signal, summarize
-from entrodrop.stats import CONFIDENCE, t_interval
 
 FIGURES = ("best_epoch", "min_val_loss", "end_all", "end_low", "end_high", "low_rise", "high_rise", "last_epoch",
            "best_average")
@@ -38,11 +38,11 @@ HOLDS, REVERSED, NOT_RESOLVED = "holds", "reversed", "not resolved"
 
 def run_figures(run: Dict, target_group: Optional[str] = None,
                 kept: Optional[List[Dict]] = None) -> Dict[str, Optional[float]]:
-    """One run's figures (``FIGURES``) from ``entrodrop.report.read_run``'s record: the best epoch
+    """One run's figures (``FIGURES``) from ``entrodrop.analysis.report.read_run``'s record: the best epoch
     and its all-token validation loss; the validation loss of each bucket at the last evaluation;
     how far the low- and high-entropy buckets rose from their own lowest to the last evaluation (the
     rebound of the paper's figure 1c); the last evaluation's epoch; the best ``target_group``
-    average among ``kept``, the evaluations ``entrodrop.report.compared`` keeps over the runs being
+    average among ``kept``, the evaluations ``entrodrop.analysis.report.compared`` keeps over the runs being
     compared (None: over this run alone), so that no average of other tasks, metrics or documents
     per task stands beside another. None where the run has no evaluation of it.
 
@@ -96,7 +96,7 @@ def value_range(seeds: Sequence[Dict[str, Optional[float]]], key: str) -> Option
 
 
 def by_seed(runs: Sequence[Dict]) -> Dict[int, Dict]:
-    """``runs`` (``entrodrop.report.read_run`` records, one a seed) keyed by the seed each trained
+    """``runs`` (``entrodrop.analysis.report.read_run`` records, one a seed) keyed by the seed each trained
     with (its saved config's ``seed``; a run without a saved config by its place in ``runs``).
 
     Raises:
@@ -359,7 +359,7 @@ def draw_seed_bands(settings: Dict[str, Sequence[Dict]], path) -> None:
 
     ``settings``: label -> its runs (``read_run`` records, one a seed, paired by ``by_seed``).
     """
-    import matplotlib.pyplot as plt  # entrodrop.report, imported above, chose the file-only backend
+    import matplotlib.pyplot as plt  # entrodrop.analysis.report, imported above, chose the file-only backend
 
     keyed = {label: by_seed(runs) for label, runs in settings.items()}
     reference = next(iter(keyed.values()))
