@@ -25,7 +25,7 @@ def test_ctrl_c_says_how_many_shards_of_the_cache_are_kept(tmp_path):
 
 
 def test_a_token_store_given_as_an_entropy_cache_is_named_a_token_store(tmp_path):
-    """It said the cache was "computed by another model (fingerprint None)": a token store's key names no model."""
+    """A token store's key names no model: the error says what was given, not "another model (fingerprint None)"."""
     tokens = [np.arange(5, dtype=np.int32), np.arange(3, dtype=np.int32)]
     key = {"model": None, "tokenizer": "t", "corpus": "c", "max_seq_len": 8}
     write_store(str(tmp_path / "target"), "tokens", key, tokens, sample_table(tokens), 4)

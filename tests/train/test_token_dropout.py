@@ -65,7 +65,7 @@ def test_its_state_is_the_recipe_states_keys_and_a_resume_keeps_the_saved_e_bar_
         record = run.observe({"target_epoch": step / 10, "step": step, "val_loss": {"all": loss}})
     assert record["auto_midpoint"] == {"target_epoch": 0.3, "step": 3, "fixed_at_step": 6} and run.dropout.midpoint == 3
     state = run.state_dict()
-    # The keys recipe states held before TokenDropoutState: a checkpoint from either resumes.
+    # The top-level keys of a recipe state's token dropout part: a checkpoint written with them resumes.
     assert set(state) == {"e_bar", "val_losses", "j0", "loss_signal"} and state["loss_signal"] is None
     resumed = TokenDropoutState.from_config(config("auto"), CEWithChunkedOutputLoss(), 0, torch.device("cpu"))
     resumed.attach(model, None)  # a resumed run: e_bar comes from its state, not from trained weights
