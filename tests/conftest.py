@@ -66,8 +66,11 @@ def running(pid: int) -> bool:
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if "tune_run" in getattr(item, "fixturenames", ()):
+        fixtures = getattr(item, "fixturenames", ())
+        if "tune_run" in fixtures:
             item.add_marker(pytest.mark.recipe)
+        if "shipped_tasks" in fixtures:  # lm-eval's whole index: 10 s or more for the first test that asks
+            item.add_marker(pytest.mark.slow)
     if torch.cuda.is_available() or GPU_TESTS_ON_CPU:
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU: run `make test-gpu` on a machine with one")
