@@ -107,7 +107,7 @@ def flood(levels, width=8, index=0):
     if levels == 0:
         return ["int", hex((index + 1) * P + 1)]
     return ["set", [flood(levels - 1, width, j) for j in range(width - 1)] + [flood(levels - 1, width, width - 1 + index)]]
-FLOOD = flood(6)  # 262,144 ints, 8 MiB: minutes to build as Python sets (6 levels, 8 a set)
+FLOOD = flood({levels})
 __main__.encode = lambda value, *a, **k: FLOOD
 """
 
@@ -131,8 +131,9 @@ def test_the_evaluation_checks_a_functional_answer_without_building_its_sets(mon
 def test_nested_sets_of_one_hash_cost_a_functional_answer_nothing(sandbox):
     """The harness checks a functional answer's shape and passes it on unbuilt: sets nested six
     deep that would take minutes to build come back within the deadline, and compare unequal."""
+    # 6 levels, 262,144 ints (8 MiB): minutes to build as Python sets (5 levels build within the deadline).
     limits = Limits(timeout_s=5.0, startup_s=10.0, sandbox=sandbox)  # building FLOOD at load: a second or two when busy
-    result = run_all([functional(NESTED_FLOOD + GOOD)], limits)[0]
+    result = run_all([functional(NESTED_FLOOD.format(levels=6) + GOOD)], limits)[0]
     assert result.error is None and len(result.outputs) == 2
     assert not passed(result, [encode({1}), encode({2})], same_value)
 
@@ -142,12 +143,13 @@ def test_a_harness_stuck_past_its_tests_deadline_is_killed_at_it(sandbox):
     cannot be interrupted (C code: nested sets of one hash) is killed ``MARGIN_S`` after its
     tests' deadline, counted from when its tests began, not from the job's start."""
     problem = read_problems()["HumanEval/0"]
-    program = NESTED_FLOOD + "def has_close_elements(numbers, threshold):\n    return True\n"
+    # 6 levels, 262,144 ints (8 MiB): minutes to build as Python sets, long past the 1 s deadline.
+    program = NESTED_FLOOD.format(levels=6) + "def has_close_elements(numbers, threshold):\n    return True\n"
     job = {"kind": "asserts", "code": program, "setup": problem["prompt"] + problem["canonical_solution"],
            "tests": problem["test"], "call": "check(has_close_elements)"}
-    result = run_all([job], Limits(timeout_s=5.0, startup_s=10.0, sandbox=sandbox))[0]
+    result = run_all([job], Limits(timeout_s=1.0, startup_s=10.0, sandbox=sandbox))[0]
     assert not result.held
-    assert result.error == f"the harness stopped answering (5 s after its tests began, and {MARGIN_S:.0f} s more)"
+    assert result.error == f"the harness stopped answering (1 s after its tests began, and {MARGIN_S:.0f} s more)"
 
 
 def test_a_reply_over_the_item_cap_fails_its_sample_with_the_reason(sandbox):
