@@ -4,6 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import entrodrop
 
 
@@ -14,6 +16,7 @@ def test_every_module_of_the_library_imports():
         importlib.import_module(name)
 
 
+@pytest.mark.slow  # a fresh process importing torch, torchtune and the recipe: 10 s beside another test worker
 def test_starting_a_training_recipe_imports_no_analysis_library():
     # Every recipe start pays for what the recipe imports at its top (scipy.stats alone is 0.75 s or
     # more), beyond the floor of torchtune (which imports pandas and datasets): the statistics and

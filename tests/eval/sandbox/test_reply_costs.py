@@ -128,6 +128,7 @@ def test_the_evaluation_checks_a_functional_answer_without_building_its_sets(mon
         checked_run({**result, "outputs": [["set", [["int", "1"]]]]}, "functional")  # the shape is still checked
 
 
+@pytest.mark.slow  # 8 MiB of sets sent, checked and compared: 9 s a layer, idle
 def test_nested_sets_of_one_hash_cost_a_functional_answer_nothing(sandbox):
     """The harness checks a functional answer's shape and passes it on unbuilt: sets nested six
     deep that would take minutes to build come back within the deadline, and compare unequal."""
