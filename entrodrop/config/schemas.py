@@ -79,7 +79,7 @@ LM_EVAL = {
     "max_seq_len": integer(minimum=1),
     "max_gen_toks": integer(minimum=1),
     "allow_code_execution": boolean(),
-    # generated programs run at once, each in its own sandbox (entrodrop.eval.sandbox)
+    # generated programs run at once, each in its own sandbox (entrodrop.sandbox)
     "code_workers": integer(minimum=1),
 }
 

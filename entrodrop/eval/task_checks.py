@@ -177,7 +177,7 @@ def check_tasks(task_groups: Dict[str, List[str]], target_group: str, task_manag
     if unsafe and not allow_code_execution:
         problems.append(f"evaluation.lm_eval.allow_code_execution=False, but {unsafe} execute model-written code: "
                         "set it to True or remove them")
-    # Code runs only in the project's sandbox (entrodrop.eval.sandbox), which its own tasks use.
+    # Code runs only in the project's sandbox (entrodrop.sandbox), which its own tasks use.
     outside = [name for name in unsafe if not all(sandboxed(e.cfg or {}) for e in members(task_manager, name))]
     if outside:
         problems.append(f"evaluation.lm_eval.tasks: {outside} run model-written code outside the sandbox (lm-eval's "

@@ -1,4 +1,4 @@
-"""HumanEval and MBPP scored in the sandbox (``entrodrop.eval.sandbox``), as lm-eval filters.
+"""HumanEval and MBPP scored in the sandbox (``entrodrop.sandbox``), as lm-eval filters.
 
 lm-eval hands a task's custom filter every response at once: ``humaneval_sandbox`` and
 ``mbpp_sandbox`` run them all there, ``code_workers`` at a time, and replace each response with
@@ -18,7 +18,7 @@ Only the first rank runs code: with N processes every rank runs lm-eval alike, a
 import os
 from typing import Dict, List
 
-from entrodrop.eval.sandbox.code_runner import Limits, run_all
+from entrodrop.sandbox.code_runner import Limits, run_all
 from entrodrop.tasks.code_extract import called_function, program
 
 PASS, FAIL, SKIPPED = "passed", "failed", "skipped"

@@ -5,7 +5,7 @@ complete (LeetCode, ``functional`` tests: call ``Solution().<func_name>(*args)``
 argument per input line) or an instruction to read stdin and write stdout (AtCoder and
 Codeforces, ``stdin`` tests: compare output lines, tokens as exact decimals when they differ as
 text; no other tolerance, LiveCodeBench's rule). A problem passes when all its public and private
-tests pass. The generated code runs in the sandbox (``entrodrop.eval.sandbox``), only when the run
+tests pass. The generated code runs in the sandbox (``entrodrop.sandbox``), only when the run
 allows code execution, and the outputs are compared outside it.
 """
 
@@ -15,7 +15,7 @@ import pickle
 import zlib
 from typing import List
 
-from entrodrop.eval.sandbox.code_runner import (
+from entrodrop.sandbox.code_runner import (
     Limits,
     passed,
     run,
@@ -23,7 +23,7 @@ from entrodrop.eval.sandbox.code_runner import (
     same_stdout,
     same_value,
 )
-from entrodrop.eval.sandbox.sandbox_child import encode
+from entrodrop.sandbox.sandbox_child import encode
 from entrodrop.tasks.code_extract import program
 from entrodrop.tasks.code_tasks import (
     FAIL,
@@ -79,7 +79,7 @@ def job_and_expected(code: str, tests: list, func_name: str):
 
 
 def run_tests(code: str, tests: list, func_name: str, timeout: float = TEST_TIMEOUT) -> bool:
-    """True when ``code`` passes every test, run in the sandbox (``entrodrop.eval.sandbox``): the
+    """True when ``code`` passes every test, run in the sandbox (``entrodrop.sandbox``): the
     child reports its outputs, and they are compared here, where the program cannot reach."""
     job, expected, compare = job_and_expected(code, tests, func_name)
     return passed(run(job, Limits(timeout_s=timeout)), expected, compare)

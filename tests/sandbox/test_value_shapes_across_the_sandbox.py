@@ -7,7 +7,7 @@ runner gives them."""
 
 import json
 
-from entrodrop.eval.sandbox.code_runner import Limits, passed, run, run_all
+from entrodrop.sandbox.code_runner import Limits, passed, run, run_all
 from entrodrop.tasks import code_tasks
 from entrodrop.tasks.livecodebench import job_and_expected, run_tests
 

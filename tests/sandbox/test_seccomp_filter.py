@@ -1,4 +1,4 @@
-"""The code sandbox's seccomp filter (entrodrop.eval.sandbox.sandbox_child.seccomp_program): its
+"""The code sandbox's seccomp filter (entrodrop.sandbox.sandbox_child.seccomp_program): its
 allow-list, read as the kernel runs it, and the system calls that name another process. A
 hostile program aims each of those at its parent (without bubblewrap, the harness; inside it the
 program is its PID namespace's init, whose parent is out of sight: ``getppid()`` is 0) and at
@@ -15,8 +15,8 @@ import tempfile
 import pytest
 from conftest import ATTEMPT, GOOD, candidate_running, descendants, good_passes, loaded, usable_sandbox
 
-from entrodrop.eval.sandbox import sandbox_child as child
-from entrodrop.eval.sandbox.code_runner import Harness, Limits
+from entrodrop.sandbox import sandbox_child as child
+from entrodrop.sandbox.code_runner import Harness, Limits
 
 PROGRAM = ATTEMPT + """
 import ctypes, fcntl, resource, struct

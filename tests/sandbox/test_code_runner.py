@@ -1,4 +1,4 @@
-"""The sandbox that runs model-written code (entrodrop.eval.sandbox): correct programs of each
+"""The sandbox that runs model-written code (entrodrop.sandbox): correct programs of each
 benchmark's format pass, hostile ones fail and leave the machine as it was. The escapes, one
 hostile program each, are in test_hostile_programs.py; the seccomp filter's list in
 test_seccomp_filter.py; the values that cross in test_value_shapes_across_the_sandbox.py; what a
@@ -18,8 +18,8 @@ from lm_eval.api.model import LM
 from lm_eval.tasks import TaskManager
 
 from entrodrop.errors import SandboxError
-from entrodrop.eval.sandbox.code_harness import LineReader, remove_tree
-from entrodrop.eval.sandbox.code_runner import (
+from entrodrop.sandbox.code_harness import LineReader, remove_tree
+from entrodrop.sandbox.code_runner import (
     Limits,
     checked_run,
     passed,
@@ -29,7 +29,7 @@ from entrodrop.eval.sandbox.code_runner import (
     same_value,
     sandbox_in_use,
 )
-from entrodrop.eval.sandbox.sandbox_child import decode, encode
+from entrodrop.sandbox.sandbox_child import decode, encode
 from entrodrop.tasks import code_tasks
 from entrodrop.tasks.livecodebench import run_tests
 
@@ -206,7 +206,7 @@ def test_a_program_cannot_forge_its_verdict():
               "open('verdict.json', 'w').write('{\"passed\": true}')\nos._exit(0)")
     assert not run_tests(forged, ADD, "")
     patched = ("import sys\nmain = sys.modules['__main__']\nmain.same_stdout = lambda *a: True\n"
-               "import entrodrop.eval.sandbox.code_runner as runner\n"
+               "import entrodrop.sandbox.code_runner as runner\n"
                "runner.same_stdout = runner.passed = lambda *a: True\nprint(0)")
     assert not run_tests(patched, ADD, "")
     assert not run_tests("import sys\nsys.exit(0)\nprint(5)", ADD[:1], "")

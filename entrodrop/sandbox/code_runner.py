@@ -43,12 +43,12 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from entrodrop.errors import SandboxError
-from entrodrop.eval.sandbox.code_harness import OUTPUTS_LIMIT, TESTS_BEGIN, LineReader, remove_tree, write_all
-from entrodrop.eval.sandbox.sandbox_child import decode
+from entrodrop.sandbox.code_harness import OUTPUTS_LIMIT, TESTS_BEGIN, LineReader, remove_tree, write_all
+from entrodrop.sandbox.sandbox_child import decode
 
 log = logging.getLogger(__name__)
-ROOT = str(Path(__file__).resolve().parents[3])  # the directory that holds the entrodrop package
-BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from entrodrop.eval.sandbox.code_harness import main; main()"
+ROOT = str(Path(__file__).resolve().parents[2])  # the directory that holds the entrodrop package
+BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from entrodrop.sandbox.code_harness import main; main()"
 SANDBOXES = ("auto", "bubblewrap", "own")
 # What a harness may take past its tests' deadline (closing the candidate, sending the result)
 # before it is killed: a harness stuck in its own work (a test's, or building a value in C code
@@ -307,7 +307,7 @@ def same_value(a, b) -> bool:
     tests), a bool is none of them, a tuple is not a list.
 
     Example:
-        >>> from entrodrop.eval.sandbox.sandbox_child import encode
+        >>> from entrodrop.sandbox.sandbox_child import encode
         >>> same_value(encode([1, 2.0]), encode([1.0, 2])), same_value(encode(True), encode(1))
         (True, False)
         >>> same_value(encode({"a": 1, "b": 2}), encode({"b": 2, "a": 1}))

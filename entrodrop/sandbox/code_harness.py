@@ -1,4 +1,4 @@
-"""The trusted harness of ``entrodrop.eval.sandbox.code_runner``: it holds the benchmark's
+"""The trusted harness of ``entrodrop.sandbox.code_runner``: it holds the benchmark's
 tests, never runs model-written code, and reaches the program only as remote calls to a
 sandboxed candidate process (``sandbox_child``).
 
@@ -49,7 +49,7 @@ import sys
 import sysconfig
 import time
 
-from entrodrop.eval.sandbox.sandbox_child import RAISABLE, decode, encode, seccomp_bytes, seccomp_program
+from entrodrop.sandbox.sandbox_child import RAISABLE, decode, encode, seccomp_bytes, seccomp_program
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_child.py")
 # Shared libraries the interpreter's extension modules load; public files, no project data.
