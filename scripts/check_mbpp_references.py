@@ -14,9 +14,8 @@ import json
 import subprocess
 import sys
 import time
-from dataclasses import replace
 
-from entrodrop.sandbox.code_runner import run_all
+from entrodrop.sandbox.code_runner import Limits, run_all
 from entrodrop.tasks import code_tasks
 
 SPLITS = {"test": range(11, 511), "validation": range(511, 601), "train": range(601, 975), "prompt": range(1, 11)}
@@ -52,7 +51,7 @@ def main() -> None:
     rows = tasks(args.data, args.split)
     start = time.monotonic()
     results = run_all(code_tasks.mbpp_jobs([[row["code"]] for row in rows], rows),
-                      replace(code_tasks.LIMITS, sandbox=args.sandbox), args.workers)
+                      Limits(timeout_s=code_tasks.PROBLEM_TIMEOUT_S, sandbox=args.sandbox), args.workers)
     seconds = time.monotonic() - start
     native = [plain(row, 30.0) for row in rows]
     print(f"MBPP {args.split}: {len(rows)} reference solutions. In the sandbox ({results[0].sandbox}; {seconds:.1f} s, "

@@ -153,6 +153,29 @@ def attempt(fn):
 GOOD = {"kind": "stdin", "code": "a, b = map(int, input().split())\nprint(a + b)", "inputs": ["2 3\n"]}
 
 
+@pytest.fixture
+def configure_code_tasks(monkeypatch):
+    """``configure(**sandbox)`` sets the code tasks up as a run does before lm-eval runs
+    (``task_checks.allow_code``), from the tiny evaluation config's ``evaluation.lm_eval`` with
+    code allowed and ``sandbox`` keys overridden; the settings before are restored after."""
+    from omegaconf import OmegaConf
+
+    from entrodrop.eval.task_checks import allow_code
+    from entrodrop.tasks import code_tasks
+
+    before = code_tasks.sandbox_settings()
+    monkeypatch.setenv("HF_ALLOW_CODE_EVAL", "1")  # allow_code sets it too; undone after
+
+    def configure(**sandbox) -> None:
+        lm_eval = OmegaConf.load(REPO / "configs/tiny/qwen3_evaluate.yaml").evaluation.lm_eval
+        lm_eval.allow_code_execution = True
+        lm_eval.sandbox.update(sandbox)
+        allow_code(lm_eval)
+
+    yield configure
+    code_tasks.use_sandbox(before)
+
+
 def good_passes(result: Run) -> bool:
     return passed(result, ["5\n"], same_stdout)
 

@@ -39,6 +39,7 @@ from entrodrop.data.sources import LOCAL_BUILDERS
 from entrodrop.errors import raise_problems
 from entrodrop.method.dropout import AUTO, SCHEDULES, SIGNALS, TARGETING
 from entrodrop.models.families import FAMILIES
+from entrodrop.sandbox.code_runner import SANDBOXES
 
 Rule = Tuple[Sequence[str], Callable[[DictConfig], List[str]]]  # (keys it reads, cfg -> problems)
 
@@ -79,8 +80,13 @@ LM_EVAL = {
     "max_seq_len": integer(minimum=1),
     "max_gen_toks": integer(minimum=1),
     "allow_code_execution": boolean(),
-    # generated programs run at once, each in its own sandbox (entrodrop.sandbox)
-    "code_workers": integer(minimum=1),
+    # where generated programs run, each in its own process (entrodrop.sandbox; docs/evaluation.md)
+    "sandbox": {
+        "layer": one_of(*SANDBOXES),
+        "workers": integer(minimum=1),
+        "timeout_s": optional(positive_number()),
+        "memory_mb": integer(minimum=64),
+    },
 }
 
 TRAINING = {
@@ -150,6 +156,8 @@ RENAMED = {
     "enable_activation_checkpointing": "use activation_checkpointing_share; True is 1.0, False is 0.0",
     "evaluation.at_epoch_end": "use evaluation.every_n_epochs; at_epoch_end: True is every_n_epochs: 1, "
                                "False is every_n_epochs: null",
+    "evaluation.lm_eval.code_workers": "use evaluation.lm_eval.sandbox.workers, in the sandbox group beside the "
+                                       "other limits (layer, timeout_s, memory_mb)",
 }
 
 # What a resumed run may change: where and how it is watched and stored, and how (not what) it

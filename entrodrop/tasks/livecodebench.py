@@ -13,10 +13,10 @@ import base64
 import json
 import pickle
 import zlib
+from dataclasses import replace
 from typing import List
 
 from entrodrop.sandbox.code_runner import (
-    Limits,
     passed,
     run,
     run_all,
@@ -30,8 +30,8 @@ from entrodrop.tasks.code_tasks import (
     PASS,
     SKIPPED,
     allowed,
-    code_workers,
     first_rank,
+    sandbox_settings,
 )
 
 TEST_TIMEOUT = 6.0  # seconds per test, LiveCodeBench's own limit
@@ -82,17 +82,18 @@ def run_tests(code: str, tests: list, func_name: str, timeout: float = TEST_TIME
     """True when ``code`` passes every test, run in the sandbox (``entrodrop.sandbox``): the
     child reports its outputs, and they are compared here, where the program cannot reach."""
     job, expected, compare = job_and_expected(code, tests, func_name)
-    return passed(run(job, Limits(timeout_s=timeout)), expected, compare)
+    return passed(run(job, replace(sandbox_settings().limits, timeout_s=timeout)), expected, compare)
 
 
 def sandbox(resps: List[List[str]], docs: List[dict]) -> List[str]:
     """lm-eval's filter: every greedy completion's code run on all its problem's public and
-    private tests, ``code_workers`` at a time, each response replaced by its verdict."""
+    private tests, ``evaluation.lm_eval.sandbox.workers`` at a time, each response replaced by its verdict."""
     allowed()
     if not first_rank():
         return [SKIPPED for _ in docs]
     problems = [job_and_expected(solution(r[0], d), decode_tests(d["public_test_cases"])
                                  + decode_tests(d["private_test_cases"]),
                                  json.loads(d["metadata"] or "{}").get("func_name", "")) for r, d in zip(resps, docs)]
-    runs = run_all([job for job, _, _ in problems], Limits(timeout_s=TEST_TIMEOUT), code_workers())
+    settings = sandbox_settings()
+    runs = run_all([job for job, _, _ in problems], settings.for_task(TEST_TIMEOUT), settings.workers)
     return [PASS if passed(result, expected, compare) else FAIL for result, (_, expected, compare) in zip(runs, problems)]

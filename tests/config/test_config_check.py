@@ -128,6 +128,20 @@ def test_a_renamed_key_says_what_replaces_it():
         schemas.check(cfg, schemas.TRAINING, [], "EntroDrop")
 
 
+
+def test_the_sandbox_keys_are_checked_and_the_old_workers_key_says_where_it_went():
+    cfg = OmegaConf.load(TINY_TRAINING)
+    cfg.evaluation.lm_eval.sandbox.update({"layer": "docker", "workers": 0, "timeout_s": -1, "memory_mb": 8})
+    cfg.evaluation.lm_eval.code_workers = 2
+    problems = check_config(cfg, schemas.TRAINING, renamed=schemas.RENAMED)
+    assert [p for p in problems if "sandbox" in p or "code_workers" in p] == [
+        "evaluation.lm_eval.sandbox.layer=docker must be one of ('auto', 'bubblewrap', 'own')",
+        "evaluation.lm_eval.sandbox.workers=0 must be a positive integer",
+        "evaluation.lm_eval.sandbox.timeout_s=-1 must be a positive number",
+        "evaluation.lm_eval.sandbox.memory_mb=8 must be >= 64",
+        "unknown key: evaluation.lm_eval.code_workers (renamed: use evaluation.lm_eval.sandbox.workers, in the "
+        "sandbox group beside the other limits (layer, timeout_s, memory_mb))"]
+
 def test_a_checkpoint_saved_with_a_renamed_evaluation_key_resumes():
     now = OmegaConf.load(TINY_TRAINING)
     saved = plain(now)

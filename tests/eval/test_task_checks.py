@@ -1,16 +1,18 @@
 """lm-eval's task index at start-up (entrodrop.eval.task_checks.load_task_manager): the full index
 once, then only the directories the configured tasks need, rebuilt whenever a YAML there or in
-include_path changes. benchmarks/bench_startup.py times what it saves."""
+include_path changes. benchmarks/bench_startup.py times what it saves. Which tasks may run code."""
 
 import json
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 from conftest import REPO
 from omegaconf import OmegaConf
 
-from entrodrop.eval.task_checks import check_tasks, load_task_manager, task_index, task_metrics
+from entrodrop.eval.task_checks import check_tasks, load_task_manager, sandboxed, task_index, task_metrics
+from entrodrop.tasks import code_tasks
 
 TASKS = ["humaneval_likelihood", "svamp"]
 
@@ -53,3 +55,21 @@ def test_task_index_of_a_training_config_uses_the_cache(tmp_path):
     assert "humaneval_likelihood" in task_index(ev, tmp_path).task_index
     assert len(task_index(ev, tmp_path).task_index) < 200
     assert len(list(tmp_path.glob("*.json"))) == 1
+
+
+def test_a_task_runs_in_the_sandbox_when_its_responses_go_through_one_of_the_tasks_sandbox_filters(tmp_path):
+    """The tasks declare the filters that run programs in the sandbox (entrodrop.tasks.sandboxed);
+    a task that scores with our pass_at_1 but runs its programs through another filter of the
+    same name does not, and a path through a symbolic link to our tasks is ours."""
+    tasks_dir = Path(code_tasks.__file__).parent
+    (tmp_path / "link").symlink_to(tasks_dir)
+
+    def task(filter_fn: str) -> dict:
+        return {"task": "t", "unsafe_code": True, "process_results": f"{tasks_dir}/code_tasks.pass_at_1",
+                "filter_list": [{"name": "sandbox", "filter": [{"function": "custom", "filter_fn": filter_fn}]}]}
+
+    assert sandboxed(task(f"{tasks_dir}/code_tasks.humaneval_sandbox"))
+    assert sandboxed(task(f"{tmp_path}/link/livecodebench.sandbox"))
+    assert not sandboxed(task(f"{tmp_path}/code_tasks.humaneval_sandbox"))  # another module of that name
+    assert not sandboxed(task(f"{tasks_dir}/code_tasks.pass_at_1"))  # ours, but it runs nothing
+    assert sandboxed({"task": "t"}) and sandboxed({"group": "g", "unsafe_code": True})

@@ -127,13 +127,28 @@ def test_a_reference_or_tests_that_do_not_parse_fail_the_sample_with_the_reason(
 
 
 @pytest.mark.slow
-def test_every_canonical_humaneval_solution_passes_in_the_sandbox(monkeypatch):
+def test_every_canonical_humaneval_solution_passes_in_the_sandbox(configure_code_tasks):
     """The runner's correctness test: all 164 reference solutions, 2 at a time."""
-    monkeypatch.setenv("HF_ALLOW_CODE_EVAL", "1")
-    monkeypatch.setenv("ENTRODROP_CODE_WORKERS", "2")
+    configure_code_tasks(workers=2)
     verdicts = code_tasks.humaneval_sandbox([[p["canonical_solution"]] for p in HUMANEVAL], HUMANEVAL)
     assert verdicts == [code_tasks.PASS] * 164
 
+
+
+def test_the_configs_sandbox_keys_reach_the_code_tasks(configure_code_tasks):
+    """evaluation.lm_eval.sandbox as a run hands it to lm-eval's code tasks: its time limit cuts a
+    HumanEval program that takes 2 s once, which the task's own 5 s (timeout_s: null) lets pass;
+    the layer, workers and memory are the programs' too."""
+    problem = HUMANEVAL[0]
+    slow = ("import time\nSLEPT = []\n" + problem["prompt"]
+            + "    if not SLEPT:\n        SLEPT.append(time.sleep(2))\n" + problem["canonical_solution"])
+    configure_code_tasks(timeout_s=1, layer="own", workers=3, memory_mb=1024)
+    settings = code_tasks.sandbox_settings()
+    assert (settings.workers, settings.limits.sandbox, settings.limits.memory_bytes) == (3, "own", 1 << 30)
+    assert code_tasks.humaneval_sandbox([[slow]], [problem]) == [code_tasks.FAIL]
+    configure_code_tasks()  # the shipped keys: each task's own time limit
+    assert settings.for_task(6.0).timeout_s == 1 and code_tasks.sandbox_settings().for_task(6.0).timeout_s == 6.0
+    assert code_tasks.humaneval_sandbox([[slow]], [problem]) == [code_tasks.PASS]
 
 def test_the_candidate_is_locked_down():
     report = run({"kind": "stdin", "code": "print(1)", "inputs": [""]}, Limits(sandbox="own"))

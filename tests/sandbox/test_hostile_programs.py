@@ -552,12 +552,11 @@ exec(problem["prompt"] + problem["canonical_solution"])
 }
 
 
-def test_no_forgery_makes_a_wrong_program_pass(sandbox, monkeypatch):
+def test_no_forgery_makes_a_wrong_program_pass(sandbox, configure_code_tasks):
     """Each of ``FORGERIES`` after a wrong answer (so one that worked, such as running the
     canonical solution, would replace it), through the HumanEval filter the task YAMLs call: each
     fails, since the tests run outside the program's process; the right program passes."""
-    monkeypatch.setenv("HF_ALLOW_CODE_EVAL", "1")
-    monkeypatch.setattr(code_tasks, "LIMITS", Limits(timeout_s=5.0, sandbox=sandbox))
+    configure_code_tasks(layer=sandbox)
     wrong = "\ndef has_close_elements(numbers, threshold):\n    return True\n"
     replies = [[wrong + forgery] for forgery in FORGERIES.values()] + [[HUMANEVAL_0["canonical_solution"]]]
     verdicts = code_tasks.humaneval_sandbox(replies, [HUMANEVAL_0] * len(replies))
