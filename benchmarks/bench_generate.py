@@ -35,7 +35,6 @@ then eager, timed without a warm-up of its own, for "agree"); no transformers ro
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -46,7 +45,6 @@ from entrodrop.checkpointing import write_random_checkpoint
 from entrodrop.models.shapes import QWEN3_0_6B
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "scripts"))  # make_tiny_assets: the tiny models' shapes and builders
 TINY = REPO / "assets" / "tiny"
 
 
@@ -144,7 +142,7 @@ def main() -> None:
     max_new = args.max_new or (128 if cuda else 64)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
 
-    from make_tiny_assets import TINY_QWEN3
+    from entrodrop.models.tiny import TINY_QWEN3
 
     ckpt, shape = checkpoint(args.device), QWEN3_0_6B if cuda else TINY_QWEN3
     tok_dir = TINY / "qwen3"

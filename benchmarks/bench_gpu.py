@@ -49,6 +49,7 @@ from entrodrop.checkpointing import write_random_checkpoint
 from entrodrop.data.sample_store import SampleStore
 from entrodrop.models import shapes
 from entrodrop.models.families import FAMILIES
+from entrodrop.models.tiny import TINY_QWEN3
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "assets" / "tiny"
@@ -177,7 +178,7 @@ def main() -> None:
     rows = TableRows()
     for name in args.models.split(","):
         model_type, shape, train_config, precompute_config = MODELS[name]
-        shape = shape or _tiny_shape()
+        shape = shape or TINY_QWEN3
         train_flops, forward_flops = flops_per_token(model_type, shape, args.seq_len)
         ckpt = out / "checkpoints" / name
         if not (ckpt / "config.json").exists():
@@ -269,13 +270,6 @@ def paired_cost(runs_a: list, runs_b: list, warmup: int) -> str:
     ratios = [b[k]["step_seconds"] / a[k]["step_seconds"] for a, b in zip(runs_a, runs_b) for k in a
               if k > warmup and k in b]
     return f"{statistics.median(ratios) - 1:+.2%}, median of {len(ratios)} paired steps"
-
-
-def _tiny_shape() -> dict:
-    sys.path.insert(0, str(REPO / "scripts"))
-    from make_tiny_assets import TINY_QWEN3
-
-    return TINY_QWEN3
 
 
 if __name__ == "__main__":

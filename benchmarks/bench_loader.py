@@ -29,7 +29,6 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "scripts"))  # make_tiny_assets: the tiny models' shapes and builders
 SIZES = {"1M": 1_000_000, "100M": 100_000_000}
 VOCAB = 2112
 
@@ -88,11 +87,11 @@ def measure_loader(root: Path, steps: int) -> dict:
 
 def measure_training(root: Path, steps: int) -> dict:
     import torch
-    from make_tiny_assets import DEMO_QWEN3
 
     from entrodrop.data.loader import build_loader
     from entrodrop.data.packing import block_causal_mask
     from entrodrop.models.qwen3._component_builders import qwen3
+    from entrodrop.models.tiny import DEMO_QWEN3
 
     torch.manual_seed(0)
     model = qwen3(**DEMO_QWEN3)

@@ -62,7 +62,6 @@ def child(variant: str, tokens: int, dim: int, vocab: int, repeats: int, chunk_s
     import torch.nn.functional as F
     from torchtune.modules.loss import CEWithChunkedOutputLoss
 
-    sys.path.insert(0, str(REPO))
     from entrodrop.loss import LinearCrossEntropy, linear_cross_entropy
 
     cuda = device == "cuda"

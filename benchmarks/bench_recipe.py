@@ -39,7 +39,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "scripts"))  # make_tiny_assets: the tiny models' shapes and builders
 TUNE = str(Path(sys.executable).parent / "tune")
 SLOTS = 8 * 256
 
@@ -149,7 +148,6 @@ def demo_step(stores: Path, loss_fn) -> tuple:
     from functools import partial
 
     import torch
-    from make_tiny_assets import DEMO_QWEN3
 
     from entrodrop.data.loader import build_loader
     from entrodrop.data.packing import block_causal_mask
@@ -164,6 +162,7 @@ def demo_step(stores: Path, loss_fn) -> tuple:
     )
     from entrodrop.method.loss_signal import LossSignal, loss_with_token_losses
     from entrodrop.models.qwen3._component_builders import qwen3
+    from entrodrop.models.tiny import DEMO_QWEN3
 
     torch.manual_seed(0)
     model = qwen3(**DEMO_QWEN3)
@@ -241,7 +240,7 @@ def main() -> None:
                 "evaluation.lm_eval.tasks.code=[]"]
         # The demo model's own entropies: training refuses a cache computed by another model. Its
         # shape is named here: configs/demo trains a smaller model.
-        from make_tiny_assets import DEMO_QWEN3
+        from entrodrop.models.tiny import DEMO_QWEN3
 
         shape = [f"model.{k}={v}" for k, v in DEMO_QWEN3.items()]
         tune("recipes/precompute_entropy.py", "--config", "configs/demo/precompute_entropy.yaml",

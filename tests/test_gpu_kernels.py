@@ -25,6 +25,7 @@ from entrodrop.method.entropy import shard_entropies
 from entrodrop.models.head import fp32_logits
 from entrodrop.models.qwen3._component_builders import qwen3
 from entrodrop.models.qwen3._model_builders import qwen3_tokenizer
+from entrodrop.models.tiny import TINY_QWEN3
 
 pytestmark = pytest.mark.gpu
 
@@ -173,7 +174,7 @@ def test_the_entrodrop_mask_on_the_device_gates_exactly_and_drops_gamma_of_the_g
 def tiny(tiny_assets, make_tiny_assets, tmp_path_factory):
     """The tiny Qwen3 (fp32, CPU) with its embedding sharpened as the CPU adapter tests do, so
     greedy choices are not near ties, and its tokenizer."""
-    model = qwen3(**make_tiny_assets.TINY_QWEN3).eval()
+    model = qwen3(**TINY_QWEN3).eval()
     model.load_state_dict(HFCheckpointer(str(tiny_assets / "qwen3"), "QWEN3",
                                          str(tmp_path_factory.mktemp("x"))).load_checkpoint()["model"])
     with torch.no_grad():

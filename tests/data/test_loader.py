@@ -21,6 +21,7 @@ from entrodrop.data.sample_store import SampleStore, sample_table, write_store
 from entrodrop.errors import CacheMismatchError, MissingFileError
 from entrodrop.models.qwen3._component_builders import qwen3
 from entrodrop.models.qwen3._model_builders import qwen3_tokenizer
+from entrodrop.models.tiny import TINY_QWEN3
 
 SEQ_LEN = 64
 
@@ -265,7 +266,7 @@ def test_budget_arithmetic():
 
 def test_packed_documents_do_not_attend_to_each_other(stores, tiny_assets, make_tiny_assets):
     torch.manual_seed(0)
-    model = qwen3(**make_tiny_assets.TINY_QWEN3).eval()
+    model = qwen3(**TINY_QWEN3).eval()
     batch, row = next((b, r) for b in take(iter(loader(stores)), 300) for r in range(4)
                       if b["document_ids"][r].max() >= 1)
     tokens, docs = batch["tokens"][row : row + 1], batch["document_ids"][row : row + 1]

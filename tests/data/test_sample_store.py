@@ -22,6 +22,7 @@ from entrodrop.data.store_plans import jsonl_description
 from entrodrop.errors import CacheMismatchError, CorpusError, DiskFullError, MissingFileError
 from entrodrop.method.entropy import sample_entropies
 from entrodrop.models.qwen3._model_builders import qwen3_tokenizer
+from entrodrop.models.tiny import TINY_QWEN3
 
 CONFIG = "configs/tiny/qwen3_precompute_entropy.yaml"
 
@@ -70,7 +71,7 @@ def test_cache_holds_the_entropies_of_the_training_tokens(reference_cache, tiny_
     assert len(cache) == len(samples) == 64
     assert cache.manifest["num_tokens"] == sum(map(len, samples))
     assert max(map(len, samples)) == 256, "no sample reaches max_seq_len: truncation is untested"
-    model = qwen3(**make_tiny_assets.TINY_QWEN3).eval()
+    model = qwen3(**TINY_QWEN3).eval()
     model.load_state_dict(HFCheckpointer(str(tiny_assets / "qwen3"), "QWEN3", str(reference_cache)).load_checkpoint()["model"])
     for i in (0, 17, 63):
         cache.check_sample(i, samples[i])

@@ -20,12 +20,13 @@ from entrodrop.eval.records import (
 )
 from entrodrop.models.qwen3._component_builders import qwen3
 from entrodrop.models.qwen3._model_builders import qwen3_tokenizer
+from entrodrop.models.tiny import TINY_QWEN3
 
 
 @pytest.fixture(scope="module")
 def tiny(tiny_assets, make_tiny_assets, tmp_path_factory):
     torch.manual_seed(0)
-    model = qwen3(**make_tiny_assets.TINY_QWEN3).eval()
+    model = qwen3(**TINY_QWEN3).eval()
     model.load_state_dict(HFCheckpointer(str(tiny_assets / "qwen3"), "QWEN3",
                                          str(tmp_path_factory.mktemp("x"))).load_checkpoint()["model"])
     with torch.no_grad():  # sharpen the random model so greedy choices are not ties
@@ -368,7 +369,7 @@ def test_two_processes_generate_what_one_does(tiny, tiny_assets, make_tiny_asset
     full = lm.generate_until([Instance("generate_until", {}, (p, {"until": [], "max_gen_toks": n}), i)
                               for i, (p, n, _) in enumerate(prompts)])
     prompts = [(p, n, [text[1:3]] if k in (1, 2) else []) for k, ((p, n, _), text) in enumerate(zip(prompts, full))]
-    mp.spawn(_generate_on_rank, nprocs=2, args=(str(tmp_path / "init"), make_tiny_assets.TINY_QWEN3, str(tiny_assets),
+    mp.spawn(_generate_on_rank, nprocs=2, args=(str(tmp_path / "init"), TINY_QWEN3, str(tiny_assets),
                                                 prompts, str(tmp_path / "out.json")))
     expected = lm.generate_until([Instance("generate_until", {}, (p, {"until": until, "max_gen_toks": n}), i)
                                   for i, (p, n, until) in enumerate(prompts)])

@@ -28,6 +28,7 @@ from entrodrop.method.entropy import (
 from entrodrop.models.head import output_weight
 from entrodrop.models.qwen3._component_builders import qwen3
 from entrodrop.models.qwen3._model_builders import qwen3_tokenizer
+from entrodrop.models.tiny import TINY_LLAMA3_1, TINY_QWEN3
 
 TINY_CONFIG = REPO / "configs/tiny/qwen3_precompute_entropy.yaml"
 
@@ -59,8 +60,8 @@ def tiny(tiny_assets, make_tiny_assets, tmp_path_factory):
     samples = tokenize_corpus(tokenizer, str(tiny_assets / "target.jsonl"), "text", max_seq_len=96)[:12]
     models = {}
     for name, build, args, model_type in [
-        ("qwen3", qwen3, make_tiny_assets.TINY_QWEN3, "QWEN3"),
-        ("llama3_1", llama3_1, make_tiny_assets.TINY_LLAMA3_1, "LLAMA3"),
+        ("qwen3", qwen3, TINY_QWEN3, "QWEN3"),
+        ("llama3_1", llama3_1, TINY_LLAMA3_1, "LLAMA3"),
     ]:
         model = build(**args).eval()
         out = tmp_path_factory.mktemp(name)
@@ -136,7 +137,7 @@ def test_packed_and_unpacked_entropies_agree(tiny, name):
 
 def test_packed_rows_may_be_longer_than_the_models_rotary_cache(tiny, make_tiny_assets):
     samples, models = tiny
-    pack_len = make_tiny_assets.TINY_QWEN3["max_seq_len"] + 100  # padding positions restart at 0
+    pack_len = TINY_QWEN3["max_seq_len"] + 100  # padding positions restart at 0
     samples = [s.tolist() for s in samples[:3]]
     by_length = shard_entropies(models["qwen3"], samples, 3, 64, 2048, pack_len=None)
     packed = shard_entropies(models["qwen3"], samples, 2, 64, 2048, pack_len=pack_len)
