@@ -134,7 +134,6 @@ def test_every_canonical_humaneval_solution_passes_in_the_sandbox(configure_code
     assert verdicts == [code_tasks.PASS] * 164
 
 
-
 def test_the_configs_sandbox_keys_reach_the_code_tasks(configure_code_tasks):
     """evaluation.lm_eval.sandbox as a run hands it to lm-eval's code tasks: its time limit cuts a
     HumanEval program that takes 2 s once, which the task's own 5 s (timeout_s: null) lets pass;
@@ -149,6 +148,7 @@ def test_the_configs_sandbox_keys_reach_the_code_tasks(configure_code_tasks):
     configure_code_tasks()  # the shipped keys: each task's own time limit
     assert settings.for_task(6.0).timeout_s == 1 and code_tasks.sandbox_settings().for_task(6.0).timeout_s == 6.0
     assert code_tasks.humaneval_sandbox([[slow]], [problem]) == [code_tasks.PASS]
+
 
 def test_the_candidate_is_locked_down():
     report = run({"kind": "stdin", "code": "print(1)", "inputs": [""]}, Limits(sandbox="own"))
