@@ -112,6 +112,52 @@ def timed(fn, repeats: int, sync, warmup: bool = True) -> tuple:
 
 
 def main() -> None:
+    args = parse_args()
+    cuda = args.device == "cuda"
+    device, dtype = torch.device(args.device), torch.bfloat16 if cuda else torch.float32
+    batch_sizes = [int(b) for b in (args.batch_sizes or ("8,32,128" if cuda else "8,32")).split(",")]
+    max_new = args.max_new or (128 if cuda else 64)
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    ckpt = checkpoint(args.device)
+    tokenizer = tiny_tokenizer()
+    ours = our_model(ckpt, device, dtype, tokenizer)
+    theirs = None if args.quick else transformers_model(ckpt, device, dtype, tokenizer)
+    print(f"device {torch.cuda.get_device_name() if cuda else 'cpu'}, model {ckpt.name} "
+          f"({sum(p.numel() for p in ours.parameters()) / 1e6:.1f}M parameters), {dtype}, {max_new} new tokens, "
+          f"prompts of 8 to {args.prompt_tokens} tokens, best of {args.repeats}\n")
+    print("| what | batch | new tokens | seconds | new tokens/s | agree |")
+    print("|---|---|---|---|---|---|", flush=True)
+    for b in batch_sizes:
+        texts = prompts(tokenizer, b, args.prompt_tokens)
+        eager, compiled = (adapter_generate(ours, tokenizer, device, texts, max_new, args, compile_decode=c)
+                           for c in (False, True))
+        if args.quick:  # compiled first: the figure that matters; eager after it, for "agree", unwarmed
+            compiled_seconds, compiled_out = timed(lambda: compiled([[]] * b), args.repeats, sync)
+            seconds, generated = timed(lambda: eager([[]] * b), args.repeats, sync, warmup=False)
+            row("adapter, compiled decode", b, b * max_new, compiled_seconds, agreement(generated, compiled_out))
+            row("adapter", b, b * max_new, seconds)
+            continue
+        seconds, generated = timed(lambda: eager([[]] * b), args.repeats, sync)
+        # Each row's own stop string, two characters that its text reaches after a quarter of it.
+        stops = [[text[len(text) // 4 : len(text) // 4 + 2]] for text in generated]
+        stop_seconds, cut = timed(lambda: eager(stops), args.repeats, sync)
+        needed = sum(len(tokenizer.encode(c + stop[0], add_bos=False, add_eos=False)) for c, stop in zip(cut, stops))
+        compiled_seconds, compiled_out = timed(lambda: compiled([[]] * b), args.repeats, sync)
+        hf_seconds, hf_ids = timed(transformers_generate(theirs, tokenizer, texts, device, max_new), args.repeats, sync)
+        prompt_width = max(len(tokenizer.encode(t, add_bos=False, add_eos=False)) for t in texts)
+        row("adapter", b, b * max_new, seconds, agreement(generated, decoded(tokenizer, hf_ids, prompt_width)))
+        row("adapter, stop strings", b, min(needed, b * max_new), stop_seconds)
+        row("adapter, compiled decode", b, b * max_new, compiled_seconds, agreement(generated, compiled_out))
+        row("transformers generate", b, b * max_new, hf_seconds)
+        if cuda:  # transformers' fast path: a static cache and a compiled forward (a CPU compile takes minutes)
+            static = transformers_model(ckpt, device, dtype, tokenizer)
+            static.forward = torch.compile(static.forward, mode="reduce-overhead", fullgraph=True)
+            row("transformers generate, static cache + compile", b, b * max_new,
+                timed(transformers_generate(static, tokenizer, texts, device, max_new, cache_implementation="static"),
+                      args.repeats, sync)[0])
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--batch-sizes", default=None, help="comma-separated (default: 8,32 on CPU; 8,32,128 on CUDA)")
@@ -126,104 +172,85 @@ def main() -> None:
     if args.quick:  # the quick defaults, then the command line again: what it names explicitly wins
         parser.set_defaults(batch_sizes="32,128", repeats=1)
         args = parser.parse_args()
-    import transformers
-    from lm_eval.api.instance import Instance
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA GPU here")
+    return args
 
-    from entrodrop.checkpointing import HFCheckpointer
-    from entrodrop.eval.adapter import TorchtuneLM
-    from entrodrop.models.qwen3._component_builders import qwen3
+
+def tiny_tokenizer():
     from entrodrop.models.qwen3._model_builders import qwen3_tokenizer
 
-    cuda = args.device == "cuda"
-    if cuda and not torch.cuda.is_available():
-        parser.error("--device cuda: no CUDA GPU here")
-    device, dtype = torch.device(args.device), torch.bfloat16 if cuda else torch.float32
-    batch_sizes = [int(b) for b in (args.batch_sizes or ("8,32,128" if cuda else "8,32")).split(",")]
-    max_new = args.max_new or (128 if cuda else 64)
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    tok_dir = TINY / "qwen3"
+    return NoEos(qwen3_tokenizer(str(tok_dir / "vocab.json"), str(tok_dir / "merges.txt"), str(tok_dir / "tokenizer.json")))
 
+
+def our_model(ckpt: Path, device: torch.device, dtype: torch.dtype, tokenizer) -> torch.nn.Module:
+    """The torchtune model of ``ckpt`` (Qwen3-0.6B's shape on CUDA, the tiny one on CPU), made to
+    speak only what the tokenizer decodes."""
+    from entrodrop.checkpointing import HFCheckpointer
+    from entrodrop.models.qwen3._component_builders import qwen3
     from entrodrop.models.tiny import TINY_QWEN3
 
-    ckpt, shape = checkpoint(args.device), QWEN3_0_6B if cuda else TINY_QWEN3
-    tok_dir = TINY / "qwen3"
-    tokenizer = NoEos(qwen3_tokenizer(str(tok_dir / "vocab.json"), str(tok_dir / "merges.txt"), str(tok_dir / "tokenizer.json")))
     with torch.device(device):
-        ours = qwen3(**shape).to(dtype).eval()
-    ours.load_state_dict(HFCheckpointer(str(ckpt), "QWEN3", tempfile.mkdtemp()).load_checkpoint()["model"])
-    ours.to(device=device, dtype=dtype)
-    speak_known_ids(ours.tok_embeddings.weight, tokenizer.num_known)
-    theirs = None
-    if not args.quick:
-        theirs = transformers.AutoModelForCausalLM.from_pretrained(str(ckpt), dtype=dtype).to(device).eval()
-        # tied: the head's rows too
-        speak_known_ids(theirs.get_input_embeddings().weight, tokenizer.num_known)
-    print(f"device {torch.cuda.get_device_name() if cuda else 'cpu'}, model {ckpt.name} "
-          f"({sum(p.numel() for p in ours.parameters()) / 1e6:.1f}M parameters), {dtype}, {max_new} new tokens, "
-          f"prompts of 8 to {args.prompt_tokens} tokens, best of {args.repeats}\n")
-    print("| what | batch | new tokens | seconds | new tokens/s | agree |")
-    print("|---|---|---|---|---|---|", flush=True)
+        model = qwen3(**(QWEN3_0_6B if device.type == "cuda" else TINY_QWEN3)).to(dtype).eval()
+    model.load_state_dict(HFCheckpointer(str(ckpt), "QWEN3", tempfile.mkdtemp()).load_checkpoint()["model"])
+    model.to(device=device, dtype=dtype)
+    speak_known_ids(model.tok_embeddings.weight, tokenizer.num_known)
+    return model
 
-    def row(what: str, b: int, tokens: int, seconds: float, agree=None) -> None:
-        print(f"| {what} | {b} | {tokens} | {seconds:.2f} | {tokens / seconds:,.0f} | "
-              f"{'-' if agree is None else f'{agree:.0%}'} |", flush=True)
 
-    for b in batch_sizes:
-        texts = prompts(tokenizer, b, args.prompt_tokens)
-        lm = TorchtuneLM(ours, tokenizer, device, max_seq_len=args.prompt_tokens + max_new + 1, batch_size=b,
-                         stop_check_every=args.stop_check_every)
-        compiled = TorchtuneLM(ours, tokenizer, device, max_seq_len=args.prompt_tokens + max_new + 1, batch_size=b,
-                               compile_decode=True, stop_check_every=args.stop_check_every)
+def transformers_model(ckpt: Path, device: torch.device, dtype: torch.dtype, tokenizer) -> torch.nn.Module:
+    import transformers
 
-        def adapter(stops, lm=lm):
-            return lm.generate_until([Instance("generate_until", {}, (t, {"until": until, "max_gen_toks": max_new}), i)
-                                      for i, (t, until) in enumerate(zip(texts, stops))])
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(ckpt), dtype=dtype).to(device).eval()
+    speak_known_ids(model.get_input_embeddings().weight, tokenizer.num_known)  # tied: the head's rows too
+    return model
 
-        if args.quick:  # compiled first: the figure that matters; eager after it, for "agree", unwarmed
-            compiled_seconds, compiled_out = timed(lambda: adapter([[]] * b, compiled), args.repeats, sync)
-            seconds, generated = timed(lambda: adapter([[]] * b), args.repeats, sync, warmup=False)
-            row("adapter, compiled decode", b, b * max_new, compiled_seconds,
-                sum(a == c for a, c in zip(generated, compiled_out)) / b)
-            row("adapter", b, b * max_new, seconds)
-            continue
-        seconds, generated = timed(lambda: adapter([[]] * b), args.repeats, sync)
-        # Each row's own stop string, two characters that its text reaches after a quarter of it.
-        stops = [[text[len(text) // 4 : len(text) // 4 + 2]] for text in generated]
-        stop_seconds, cut = timed(lambda: adapter(stops), args.repeats, sync)
-        needed = sum(len(tokenizer.encode(c + stop[0], add_bos=False, add_eos=False)) for c, stop in zip(cut, stops))
-        compiled_seconds, compiled_out = timed(lambda: adapter([[]] * b, compiled), args.repeats, sync)
 
-        encoded = [tokenizer.encode(t, add_bos=False, add_eos=False) for t in texts]
-        width = max(map(len, encoded))
-        pad = tokenizer.pad_id
-        input_ids = torch.tensor([[pad] * (width - len(e)) + e for e in encoded], device=device)
-        attention = (torch.arange(width, device=device)[None] >= torch.tensor([width - len(e) for e in encoded],
-                                                                              device=device)[:, None]).long()
+def adapter_generate(model, tokenizer, device, texts: list, max_new: int, args, compile_decode: bool):
+    """``generate(stops)``: the lm-eval adapter's generate_until over ``texts``, each row with its stops."""
+    from lm_eval.api.instance import Instance
 
-        def hf():
-            with torch.no_grad():
-                return theirs.generate(input_ids=input_ids, attention_mask=attention, do_sample=False,
-                                       max_new_tokens=max_new, min_new_tokens=max_new, pad_token_id=pad)
+    from entrodrop.eval.adapter import TorchtuneLM
 
-        hf_seconds, hf_out = timed(hf, args.repeats, sync)
-        hf_texts = [tokenizer.decode(r[width:].tolist()) for r in hf_out]
-        row("adapter", b, b * max_new, seconds, sum(a == h for a, h in zip(generated, hf_texts)) / b)
-        row("adapter, stop strings", b, min(needed, b * max_new), stop_seconds)
-        row("adapter, compiled decode", b, b * max_new, compiled_seconds,
-            sum(a == c for a, c in zip(generated, compiled_out)) / b)
-        row("transformers generate", b, b * max_new, hf_seconds)
-        if cuda:  # transformers' fast path: a static cache and a compiled forward (a CPU compile takes minutes)
-            static = transformers.AutoModelForCausalLM.from_pretrained(str(ckpt), dtype=dtype).to(device).eval()
-            speak_known_ids(static.get_input_embeddings().weight, tokenizer.num_known)
-            static.forward = torch.compile(static.forward, mode="reduce-overhead", fullgraph=True)
+    lm = TorchtuneLM(model, tokenizer, device, max_seq_len=args.prompt_tokens + max_new + 1, batch_size=len(texts),
+                     compile_decode=compile_decode, stop_check_every=args.stop_check_every)
 
-            def hf_static():
-                with torch.no_grad():
-                    return static.generate(input_ids=input_ids, attention_mask=attention, do_sample=False,
-                                           max_new_tokens=max_new, min_new_tokens=max_new, pad_token_id=pad,
-                                           cache_implementation="static")
+    def generate(stops: list) -> list:
+        return lm.generate_until([Instance("generate_until", {}, (t, {"until": until, "max_gen_toks": max_new}), i)
+                                  for i, (t, until) in enumerate(zip(texts, stops))])
 
-            row("transformers generate, static cache + compile", b, b * max_new,
-                timed(hf_static, args.repeats, sync)[0])
+    return generate
+
+
+def transformers_generate(model, tokenizer, texts: list, device, max_new: int, **options):
+    """``generate()``: transformers' greedy generate over ``texts``, left-padded (the ids; ``decoded``
+    reads them as texts, after the clock)."""
+    encoded = [tokenizer.encode(t, add_bos=False, add_eos=False) for t in texts]
+    width, pad = max(map(len, encoded)), tokenizer.pad_id
+    input_ids = torch.tensor([[pad] * (width - len(e)) + e for e in encoded], device=device)
+    attention = (torch.arange(width, device=device)[None] >= torch.tensor([width - len(e) for e in encoded],
+                                                                          device=device)[:, None]).long()
+
+    def generate() -> list:
+        with torch.no_grad():
+            return model.generate(input_ids=input_ids, attention_mask=attention, do_sample=False,
+                                  max_new_tokens=max_new, min_new_tokens=max_new, pad_token_id=pad, **options)
+
+    return generate
+
+
+def decoded(tokenizer, ids: torch.Tensor, prompt_width: int) -> list:
+    return [tokenizer.decode(r[prompt_width:].tolist()) for r in ids]
+
+
+def agreement(texts: list, others: list) -> float:
+    return sum(a == b for a, b in zip(texts, others)) / len(texts)
+
+
+def row(what: str, b: int, tokens: int, seconds: float, agree=None) -> None:
+    print(f"| {what} | {b} | {tokens} | {seconds:.2f} | {tokens / seconds:,.0f} | "
+          f"{'-' if agree is None else f'{agree:.0%}'} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -131,6 +131,28 @@ def failure(result: subprocess.CompletedProcess) -> str:
 
 
 def main() -> None:
+    args = parse_args()
+    started = time.perf_counter()
+    out = args.out.resolve()
+    stores = tokenized_corpora(out, args)
+    print_header(args)
+    rows = TableRows()
+    for name in args.models.split(","):
+        model_type, shape, train_config, precompute_config = MODELS[name]
+        shape = shape or TINY_QWEN3
+        train_flops, forward_flops = flops_per_token(model_type, shape, args.seq_len)
+        ckpt = out / "checkpoints" / name
+        if not (ckpt / "config.json").exists():
+            write_random_checkpoint(ckpt, model_type, shape, TINY / "tokenizer", device=args.device)
+        cache = out / "entropy" / name
+        rows.append(precompute_row(name, precompute_config, ckpt, stores, cache, forward_flops, out, args))
+        runs = training_runs(name, train_config, ckpt, stores, cache, out, args)
+        for row in training_rows(name, runs, cache, train_flops, args):
+            rows.append(row)
+    print(f"\nwall time {time.perf_counter() - started:.0f} s; logs in {out}")
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="qwen3_0_6b,qwen3_1_7b", help=f"comma-separated, of {sorted(MODELS)}")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
@@ -155,8 +177,11 @@ def main() -> None:
         parser.error("--device cuda: no CUDA GPU here; --device cpu --models tiny checks the pipeline on CPU")
     if not (TINY / ".built").exists():
         parser.error(f"{TINY} is missing: run `make assets` first (the tokenizer comes from it)")
-    started = time.perf_counter()
-    out = args.out.resolve()
+    return args
+
+
+def tokenized_corpora(out: Path, args: argparse.Namespace) -> dict:
+    """The target and general token stores of the benchmark's corpora, tokenized once under ``out``."""
     data = out / "data"
     write_corpora(data, target_chars=args.target_tokens * 3, general_chars=args.target_tokens * 2)
     stores = {name: data / name for name in ("target", "general")}
@@ -168,6 +193,10 @@ def main() -> None:
                       "samples_per_shard=4096")
         if result.returncode:
             sys.exit(f"tokenize failed, see {out / 'tokenize.log'}:\n{result.stderr[-2000:]}")
+    return stores
+
+
+def print_header(args: argparse.Namespace) -> None:
     print(f"device {torch.cuda.get_device_name() if args.device == 'cuda' else 'cpu'}; rows of {args.seq_len} tokens, "
           f"{args.rows} a training step, {args.steps} steps a run ({args.warmup} warm-up), {args.repeats} "
           f"off/static/loss round(s); MFU against {args.peak_tflops:g} TFLOP/s, counting 6N + 12·L·H·Q·T FLOPs a "
@@ -175,70 +204,75 @@ def main() -> None:
           f"heads of width Q, T the row length)\n")
     print("| model | stage | tokens/s | MFU | peak GiB | note |")
     print("|---|---|---|---|---|---|", flush=True)
-    rows = TableRows()
-    for name in args.models.split(","):
-        model_type, shape, train_config, precompute_config = MODELS[name]
-        shape = shape or TINY_QWEN3
-        train_flops, forward_flops = flops_per_token(model_type, shape, args.seq_len)
-        ckpt = out / "checkpoints" / name
-        if not (ckpt / "config.json").exists():
-            write_random_checkpoint(ckpt, model_type, shape, TINY / "tokenizer", device=args.device)
 
-        cache = out / "entropy" / name
-        result = tune(out / f"{name}_precompute.log", "recipes/precompute_entropy.py", "--config", precompute_config,
-                      f"checkpointer.checkpoint_dir={ckpt}", f"target_tokens={stores['target']}", f"cache_dir={cache}",
-                      f"device={args.device}")
-        overall, steady = precompute_speeds(result.stderr)
-        if result.returncode or overall is None:
-            rows.append((name, "precompute", None, None, None, failure(result)))
-        else:
-            # The steady state is the figure to compare; a corpus too small for one leaves overall.
-            tokens_per_s = steady or overall
-            rows.append((name, "precompute", tokens_per_s, tokens_per_s * forward_flops / 1e12 / args.peak_tflops,
-                         None, f"forward + entropy of the target corpus, {'steady state' if steady else 'overall'}; "
-                               f"{overall:,.0f} tokens/s overall, compile warm-up included"))
 
-        cfg = OmegaConf.load(REPO / train_config)
-        micro = cfg.global_batch_size // cfg.gradient_accumulation_steps
-        overrides = [
-            f"checkpointer.checkpoint_dir={ckpt}", f"data.target_tokens={stores['target']}",
-            f"data.target_entropy={cache}", f"data.general_tokens={stores['general']}", f"data.seq_len={args.seq_len}",
-            f"global_batch_size={args.rows}", f"gradient_accumulation_steps={max(1, args.rows // micro)}",
-            f"total_tokens={args.steps * args.rows * args.seq_len}", f"device={args.device}",
-            "evaluation.validation.target_tokens=null", "evaluation.validation.target_entropy=null",
-            "evaluation.every_n_epochs=null", "overwrite=True",
-            *[f"evaluation.lm_eval.tasks.{group}=[]" for group in cfg.evaluation.lm_eval.tasks],
-        ]
-        runs, peaks = {schedule: [] for schedule in TRAIN_RUNS}, {}
-        for repeat in range(args.repeats):
-            # static and loss are neighbours in either order: the machine's drift hits both alike
-            for schedule in (list(TRAIN_RUNS) if repeat % 2 == 0 else list(TRAIN_RUNS)[::-1]):
-                run_dir = out / "runs" / f"{name}_{schedule}_{repeat}"
-                result = tune(out / f"{name}_{schedule}_{repeat}.log", "recipes/entrodrop_single_device.py", "--config",
-                              train_config, f"output_dir={run_dir}", *TRAIN_RUNS[schedule][1], *overrides)
-                runs[schedule].append(read_run(run_dir)["steps"] if result.returncode == 0 else failure(result))
-        for schedule, (label, _) in TRAIN_RUNS.items():
-            failed = [r for r in runs[schedule] if isinstance(r, str)]
-            if failed:
-                rows.append((name, label, None, None, None, failed[0]))
-                continue
-            steps = [s for run in runs[schedule] for k, s in run.items() if k > args.warmup]
-            tokens_per_s = statistics.median(s["tokens_per_second"] for s in steps)
-            peaks[schedule] = max((s.get("peak_memory_alloc", 0.0) for s in steps), default=0.0) or None
-            rows.append((name, label, tokens_per_s, tokens_per_s * train_flops / 1e12 / args.peak_tflops,
-                         peaks[schedule], f"median of {len(steps)} steps"))
-        if "none" in peaks and "static" in peaks:
-            rows.append((name, "EntroDrop step cost (static / off)", None, None, None,
-                         paired_cost(runs["none"], runs["static"], args.warmup)))
-        if "static" in peaks and "loss" in peaks:
-            num_target = int(SampleStore(str(cache), "entropy").table["length"].sum())
-            grown = ("-" if None in (peaks["static"], peaks["loss"])
-                     else f"{(peaks['loss'] - peaks['static']) * 1024:+.2f} MiB")
-            rows.append((name, "signal: loss step cost (loss / entropy)", None, None, None,
-                         f"{paired_cost(runs['static'], runs['loss'], args.warmup)}; peak memory {grown}, the store "
-                         f"{num_target:,} target tokens x 2 bytes (fp16) = {num_target * 2 / 2**20:.2f} MiB"))
+def precompute_row(name: str, precompute_config: str, ckpt: Path, stores: dict, cache: Path, forward_flops: float,
+                   out: Path, args: argparse.Namespace) -> tuple:
+    """The entropy precompute of the target store into ``cache``, as the table's row."""
+    result = tune(out / f"{name}_precompute.log", "recipes/precompute_entropy.py", "--config", precompute_config,
+                  f"checkpointer.checkpoint_dir={ckpt}", f"target_tokens={stores['target']}", f"cache_dir={cache}",
+                  f"device={args.device}")
+    overall, steady = precompute_speeds(result.stderr)
+    if result.returncode or overall is None:
+        return (name, "precompute", None, None, None, failure(result))
+    # The steady state is the figure to compare; a corpus too small for one leaves overall.
+    tokens_per_s = steady or overall
+    return (name, "precompute", tokens_per_s, tokens_per_s * forward_flops / 1e12 / args.peak_tflops,
+            None, f"forward + entropy of the target corpus, {'steady state' if steady else 'overall'}; "
+                  f"{overall:,.0f} tokens/s overall, compile warm-up included")
 
-    print(f"\nwall time {time.perf_counter() - started:.0f} s; logs in {out}")
+
+def training_runs(name: str, train_config: str, ckpt: Path, stores: dict, cache: Path, out: Path,
+                  args: argparse.Namespace) -> dict:
+    """schedule -> each repeat's steps (``read_run``), or why its run failed; the schedules of a
+    round run next to each other, in turn reversed."""
+    cfg = OmegaConf.load(REPO / train_config)
+    micro = cfg.global_batch_size // cfg.gradient_accumulation_steps
+    overrides = [
+        f"checkpointer.checkpoint_dir={ckpt}", f"data.target_tokens={stores['target']}",
+        f"data.target_entropy={cache}", f"data.general_tokens={stores['general']}", f"data.seq_len={args.seq_len}",
+        f"global_batch_size={args.rows}", f"gradient_accumulation_steps={max(1, args.rows // micro)}",
+        f"total_tokens={args.steps * args.rows * args.seq_len}", f"device={args.device}",
+        "evaluation.validation.target_tokens=null", "evaluation.validation.target_entropy=null",
+        "evaluation.every_n_epochs=null", "overwrite=True",
+        *[f"evaluation.lm_eval.tasks.{group}=[]" for group in cfg.evaluation.lm_eval.tasks],
+    ]
+    runs = {schedule: [] for schedule in TRAIN_RUNS}
+    for repeat in range(args.repeats):
+        # static and loss are neighbours in either order: the machine's drift hits both alike
+        for schedule in (list(TRAIN_RUNS) if repeat % 2 == 0 else list(TRAIN_RUNS)[::-1]):
+            run_dir = out / "runs" / f"{name}_{schedule}_{repeat}"
+            result = tune(out / f"{name}_{schedule}_{repeat}.log", "recipes/entrodrop_single_device.py", "--config",
+                          train_config, f"output_dir={run_dir}", *TRAIN_RUNS[schedule][1], *overrides)
+            runs[schedule].append(read_run(run_dir)["steps"] if result.returncode == 0 else failure(result))
+    return runs
+
+
+def training_rows(name: str, runs: dict, cache: Path, train_flops: float, args: argparse.Namespace) -> list:
+    """The table's rows of the training runs: each schedule's tokens/s, MFU and peak memory, and
+    the paired step costs of EntroDrop and of ``signal: loss``."""
+    rows, peaks = [], {}
+    for schedule, (label, _) in TRAIN_RUNS.items():
+        failed = [r for r in runs[schedule] if isinstance(r, str)]
+        if failed:
+            rows.append((name, label, None, None, None, failed[0]))
+            continue
+        steps = [s for run in runs[schedule] for k, s in run.items() if k > args.warmup]
+        tokens_per_s = statistics.median(s["tokens_per_second"] for s in steps)
+        peaks[schedule] = max((s.get("peak_memory_alloc", 0.0) for s in steps), default=0.0) or None
+        rows.append((name, label, tokens_per_s, tokens_per_s * train_flops / 1e12 / args.peak_tflops,
+                     peaks[schedule], f"median of {len(steps)} steps"))
+    if "none" in peaks and "static" in peaks:
+        rows.append((name, "EntroDrop step cost (static / off)", None, None, None,
+                     paired_cost(runs["none"], runs["static"], args.warmup)))
+    if "static" in peaks and "loss" in peaks:
+        num_target = int(SampleStore(str(cache), "entropy").table["length"].sum())
+        grown = ("-" if None in (peaks["static"], peaks["loss"])
+                 else f"{(peaks['loss'] - peaks['static']) * 1024:+.2f} MiB")
+        rows.append((name, "signal: loss step cost (loss / entropy)", None, None, None,
+                     f"{paired_cost(runs['static'], runs['loss'], args.warmup)}; peak memory {grown}, the store "
+                     f"{num_target:,} target tokens x 2 bytes (fp16) = {num_target * 2 / 2**20:.2f} MiB"))
+    return rows
 
 
 class TableRows(list):
