@@ -248,6 +248,18 @@ def _load_script(name: str, folder: str = "scripts"):
     return module
 
 
+def run_script_main(name: str, args, monkeypatch, capsys) -> tuple:
+    """``scripts/<name>.py``'s main() in this process, with ``args``: (exit status, stdout, stderr)."""
+    monkeypatch.setattr(sys, "argv", [f"{name}.py", *map(str, args)])
+    try:
+        _load_script(name).main()
+        status = 0
+    except SystemExit as e:
+        status = e.code
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
 @pytest.fixture(scope="session")
 def make_tiny_assets():
     """The module scripts/make_tiny_assets.py (its hyper-parameters and builders)."""

@@ -3,12 +3,11 @@ it proposes, no midpoint without a turn-up of the validation loss, and bad argum
 what exists listed."""
 
 import json
-import sys
 from typing import Optional
 
 import numpy as np
 import torch
-from conftest import REPO, _load_script, columns_of, fake_run
+from conftest import REPO, _load_script, columns_of, fake_run, run_script_main
 
 from entrodrop.analysis.report import (
     agreement_points,
@@ -23,15 +22,7 @@ from entrodrop.models.qwen3._model_builders import qwen3_tokenizer
 
 
 def report(monkeypatch, capsys, *args):
-    """Run scripts/report.py's main() in this process: (exit status, stdout, stderr)."""
-    monkeypatch.setattr(sys, "argv", ["report.py", *map(str, args)])
-    try:
-        _load_script("report").main()
-        status = 0
-    except SystemExit as e:
-        status = e.code
-    out, err = capsys.readouterr()
-    return status, out, err
+    return run_script_main("report", args, monkeypatch, capsys)
 
 
 def test_no_midpoint_is_proposed_when_the_loss_falls_at_every_evaluation(tmp_path):

@@ -8,7 +8,7 @@ import importlib.util
 import sys
 
 import pytest
-from conftest import _load_script
+from conftest import _load_script, run_script_main
 
 OPENCOMPASS = importlib.util.find_spec("opencompass") is not None
 
@@ -28,15 +28,7 @@ EXPECTED = {
 
 
 def run_main(monkeypatch, capsys, *args):
-    """The script's main() in this process: (exit status, stdout, stderr)."""
-    monkeypatch.setattr(sys, "argv", ["compare_opencompass.py", *args])
-    try:
-        _load_script("compare_opencompass").main()
-        status = 0
-    except SystemExit as e:
-        status = e.code
-    out, err = capsys.readouterr()
-    return status, out, err
+    return run_script_main("compare_opencompass", args, monkeypatch, capsys)
 
 
 def test_without_opencompass_the_script_names_the_install_command(monkeypatch, capsys):
