@@ -3,9 +3,11 @@ given by any path is run as the file it names (run_recipe_file), and Ctrl-C ends
 status 130 and no traceback; in any other Python start it changes nothing."""
 
 import json
+import runpy
 import signal
 import subprocess
 import sys
+import sysconfig
 
 import pytest
 from conftest import REPO
@@ -133,3 +135,13 @@ def test_a_workers_error_ends_an_n_process_run_as_its_last_line_in_place_of_torc
     monkeypatch.setenv(cli.DEBUG_ENV, "1")  # the traceback, when asked for
     hook(ChildFailedError, failed, None)
     assert passed_on == [ChildFailedError] * 2
+
+
+def test_the_install_script_writes_one_line_and_removes_the_line_an_older_make_wrote(tmp_path, monkeypatch):
+    script = runpy.run_path(str(REPO / "scripts" / "install_tune_run_hook.py"))
+    (tmp_path / script["OLD_PTH"]).write_text("import sys; sys.path.insert(0, '/old/checkout')\n")
+    monkeypatch.setattr(sysconfig, "get_paths", lambda: {"purelib": str(tmp_path)})
+    script["main"]()
+    assert sorted(path.name for path in tmp_path.iterdir()) == [script["PTH_NAME"]]
+    (line,) = (tmp_path / script["PTH_NAME"]).read_text().splitlines()
+    assert line.startswith("import sys; sys.argv[1:2] == ['run'] and ") and "sys.path" not in line
