@@ -21,11 +21,11 @@ LIBRARY := $(wildcard entrodrop/*.py entrodrop/*/*.py)
 
 install: $(INSTALLED)
 
-$(INSTALLED): pyproject.toml scripts/link_repo.py
+$(INSTALLED): pyproject.toml scripts/install_tune_run_hook.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check "torch==$(TORCH_VERSION)"
 	$(PY) -m pip install --quiet --disable-pip-version-check "torch==$(TORCH_VERSION)" -e ".[dev]"
-	$(PY) scripts/link_repo.py
+	$(PY) scripts/install_tune_run_hook.py
 	touch $@
 
 assets: $(ASSETS)
@@ -82,7 +82,7 @@ gpu-venv:
 	$(GPU_PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" > $(GPU_CHECK_VENV)/purelib
 	python3 -c "import site; print('\n'.join(site.getsitepackages()))" > $$(cat $(GPU_CHECK_VENV)/purelib)/_parent.pth
 	$(GPU_PY) -m pip install -q --no-index --no-deps --no-compile .whl/*.whl
-	$(GPU_ENV) $(GPU_PY) scripts/link_repo.py
+	$(GPU_ENV) $(GPU_PY) scripts/install_tune_run_hook.py
 
 gpu-check:
 	@$(MAKE) --no-print-directory gpu-venv GPU_TARGET=gpu-check

@@ -82,9 +82,8 @@ class MissingPackageError(ConfigError, ImportError):
 
 
 class RecipeLocationError(EntroDropError, ImportError):
-    """``tune run recipes/x.py`` would import another ``recipes`` package than the folder named
-    (a copied recipe in a ``recipes/`` folder without ``__init__.py``); the message says the fix.
-    Also ``tune run /path/to/x.py`` (or ``./``, ``../``) where there is no such file."""
+    """``tune run <path>.py`` where there is no file at that path; the message names where it
+    was looked for."""
 
 
 class DamagedLineError(EntroDropError, ValueError):

@@ -5,10 +5,10 @@ to the launcher is passed on to the workers, but a SIGKILL cannot be: the worker
 alone, writing checkpoints and evaluations into a run directory that a resumed run then shares.
 So each worker asks the kernel for a SIGKILL when its parent, the launcher, ends
 (``prctl(PR_SET_PDEATHSIG)``); without prctl (not Linux) a thread watches the parent instead.
-The start-up line of the environment (``entrodrop.config.tune_run.started``) calls
-``end_with_launcher`` as a worker starts, and ``entrodrop.config.cli.parse`` again before a
-recipe does anything else (where the environment was made without it). Standard library only:
-the start-up line runs this file by its path.
+``entrodrop.config.run_recipe_file``, the module torchrun starts (``python -m``) for `tune run
+<path>.py`, calls ``end_with_launcher`` as a worker starts, and ``entrodrop.config.cli.parse``
+again before a recipe does anything else (a recipe torchrun started some other way). Standard
+library only: it runs before the worker imports torch.
 
 A process not started by torchrun is left alone: ``tune run`` of one process runs the recipe in
 the launcher itself, and a run started with ``nohup`` outlives its shell on purpose.
@@ -22,8 +22,8 @@ import threading
 import time
 from typing import Mapping
 
-# The parent this process had when this module was run: at start-up, before any import of torch
-# (``tune_run.started``). A launcher that ended before this line goes unseen.
+# The parent this process had when this module was imported: in a worker, as it starts, before any
+# import of torch (``run_recipe_file``). A launcher that ended before this line goes unseen.
 PARENT_AT_START = os.getppid()
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 

@@ -15,7 +15,7 @@ from conftest import REPO, running
 # end with its launcher.
 LAUNCHER = """
 import subprocess, sys
-subprocess.Popen([sys.executable, "-c", sys.argv[1]], start_new_session=True).wait()
+subprocess.Popen([sys.executable, *sys.argv[1:]], start_new_session=True).wait()
 """
 WORKER = """
 import os, time
@@ -33,21 +33,22 @@ def gone_within(pid: int, seconds: float) -> bool:
     return not running(pid)
 
 
-# The same, asked by the environment's start-up line (scripts/link_repo.py), before any import.
-WORKER_AT_START_UP = """
-import os, runpy, time
-runpy.run_path("entrodrop/config/tune_run.py")["started"](["python"])
+# The same, asked by the module torchrun starts for `tune run <path>.py` before it runs the recipe.
+RECIPE = """
+import os, time
 print(os.getpid(), flush=True)
 time.sleep(60)
 """
 
 
-@pytest.mark.parametrize("torchrun, worker_code", [(True, WORKER), (False, WORKER), (True, WORKER_AT_START_UP)],
-                         ids=["torchrun", "not-torchrun", "torchrun-at-start-up"])
-def test_a_worker_torchrun_started_ends_when_its_launcher_is_sigkilled(torchrun, worker_code):
+@pytest.mark.parametrize("torchrun, by_runner", [(True, False), (False, False), (True, True)],
+                         ids=["torchrun", "not-torchrun", "torchrun-by-tune-run"])
+def test_a_worker_torchrun_started_ends_when_its_launcher_is_sigkilled(torchrun, by_runner, tmp_path):
+    (tmp_path / "recipe.py").write_text(RECIPE)
+    worker_argv = ["-m", "entrodrop.config.run_recipe_file", str(tmp_path / "recipe.py")] if by_runner else ["-c", WORKER]
     env = {k: v for k, v in os.environ.items() if k != "TORCHELASTIC_RUN_ID"}
     env.update({"TORCHELASTIC_RUN_ID": "test"} if torchrun else {})
-    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, worker_code], cwd=REPO, env=env, stdout=subprocess.PIPE,
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, *worker_argv], cwd=REPO, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
     worker = None
     try:

@@ -133,7 +133,7 @@ def reported(kept: Callable[[], Optional[str]] = lambda: None) -> Iterator[None]
 
 def exit_with(error: EntroDropError) -> None:
     """Report ``error`` as a recipe's errors are (``reported``: its message alone, exit status 1),
-    from code that runs outside a recipe's main: ``recipes/__init__.py`` as it is imported."""
+    from code that runs outside a recipe's main: ``run_recipe_file`` given a path with no file."""
     with reported():
         raise error
 

@@ -1,11 +1,17 @@
-"""Run the recipe file at a path, as ``__main__``: what `tune run /any/path/run.py` runs.
+"""Run the recipe file at a path, as ``__main__``: what `tune run <path>.py` runs.
 
     python -m entrodrop.config.run_recipe_file <path> --config ... [key=value ...]
 
-torchtune cannot import a recipe given by an absolute, ``./`` or ``../`` path, so
-``entrodrop.config.tune_run`` hands such a path to this module, which `tune run` imports (on
-one process) or torchrun starts with ``python -m`` (on each of N). It runs the file itself, as
-torchtune runs its own recipes, so the code that runs is the file named, wherever it lives.
+torchtune would import a recipe given by its path as a module named after it, which finds
+torchtune's own ``recipes`` package for ``recipes/x.py`` and fails for an absolute, ``./`` or
+``../`` path; ``entrodrop.config.tune_run`` hands every path to this module instead, which `tune
+run` imports (on one process) or torchrun starts with ``python -m`` (on each of N). It runs the
+file itself, as torchtune runs its own recipes, so the code that runs is the file named, wherever
+it lives.
+
+In a worker that torchrun started, this module is the first code of ours that runs, before torch
+is imported: there it makes the worker end with its launcher (``entrodrop.launch``) and end quietly
+on Ctrl-C (``entrodrop.config.tune_run.quiet_interrupt``), so no start-up hook runs in workers.
 """
 
 import os
@@ -13,8 +19,9 @@ import runpy
 import sys
 from typing import List
 
-from entrodrop.config.cli import exit_with
+from entrodrop.config.tune_run import quiet_interrupt
 from entrodrop.errors import RecipeLocationError
+from entrodrop.launch import end_with_launcher, started_by_torchrun
 
 
 def main(argv: List[str]) -> None:
@@ -26,6 +33,10 @@ def main(argv: List[str]) -> None:
     """
     path = argv[1]
     if not os.path.isfile(path):
+        # Here, not at the top: the command line module imports torch, which a worker imports
+        # only once it has asked to end with its launcher.
+        from entrodrop.config.cli import exit_with
+
         exit_with(RecipeLocationError(
             f"tune run {path}: there is no file {os.path.abspath(path)} (a relative path is taken from the directory "
             f"tune run starts in, {os.getcwd()}): check the path"))
@@ -34,4 +45,7 @@ def main(argv: List[str]) -> None:
 
 
 if __name__ == "__main__":
+    if started_by_torchrun(os.environ):
+        end_with_launcher()  # a worker whose launcher is SIGKILLed while it imports torch ends too
+        sys.excepthook = quiet_interrupt(sys.excepthook)
     main(sys.argv)

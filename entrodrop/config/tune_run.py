@@ -1,24 +1,23 @@
 """What this environment changes in a `tune run` process as it starts, before torchtune runs.
 
-The start-up line that scripts/link_repo.py writes into the environment calls ``started`` in
-every `tune run`, and in every process torchrun starts for one. It changes two things:
+The start-up line that scripts/install_tune_run_hook.py writes into the environment calls ``started`` in
+every `tune run` (the launcher; no other process). It changes three things:
 
-- A recipe given by any path runs (``redirected``). torchtune 0.6.1's `tune run` runs a file that
-  is not one of its own recipes by importing it as a module named after its path
-  (``my_recipes/run.py`` -> ``my_recipes.run``; torchrun's ``python -m`` on N processes). A path
-  that starts with ``/`` or ``.`` gives a name that starts with a dot (``/tmp/x/run.py`` ->
-  ``.tmp.x.run``, ``../x/run.py`` -> ``...x.run``), which Python refuses: "ImportError: Relative
-  module names not supported". Such a path is handed to ``RUNNER``
-  (``entrodrop.config.run_recipe_file``), which runs the file at that path as torchtune runs its
-  own recipes (``runpy.run_path``). Any other path is left to torchtune, and
-  ``tune run recipes/<name>.py`` to recipes/__init__.py's check that the ``recipes`` package
-  imported is the folder named.
+- A recipe given by any path runs the file at that path (``redirected``). torchtune 0.6.1's
+  `tune run` runs a file that is not one of its own recipes by importing it as a module named
+  after its path (``my_recipes/run.py`` -> ``my_recipes.run``; torchrun's ``python -m`` on N
+  processes), with the working directory appended to ``sys.path`` after site-packages. So
+  ``recipes/x.py`` imports torchtune's own top-level ``recipes`` package, which shadows ours, and
+  a path that starts with ``/`` or ``.`` gives a name that starts with a dot, which Python refuses
+  ("Relative module names not supported"). The path is handed to ``RUNNER``
+  (``entrodrop.config.run_recipe_file``), which runs the file as torchtune runs its own recipes
+  (``runpy.run_path``): the code that runs is the file named, whatever its folder is called.
 - Ctrl-C ends `tune run` with status 130 and no traceback (``quiet_interrupt``). The recipe's
   own ``@cli.parse`` reports a Ctrl-C in its main (what the run kept); this covers the launcher
   around it: torchrun's, which passes Ctrl-C on to the workers (rank 0 prints what was kept), then
-  raises it again as a ``SignalException`` with a traceback of torchrun's frames; and a run, or
-  the workers of one, stopped before the recipe's main (in its imports), which has written nothing.
-
+  raises it again as a ``SignalException`` with a traceback of torchrun's frames; and a run of one
+  process stopped before the recipe's main (in its imports), which has written nothing. A worker
+  does the same for itself (``run_recipe_file``).
 - An error a user can fix, in a run of N processes, is the last thing `tune run` prints
   (``quiet_child_failure``). Each worker prints its message (``entrodrop.config.cli``) and writes it
   into the error file torchrun gives it (``write_error_file``); torchrun then raises a
@@ -58,22 +57,22 @@ def is_tune_run(argv: List[str]) -> bool:
 
 
 def redirected(argv: List[str]) -> List[str]:
-    """``argv`` of a `tune run` whose recipe is a path that torchtune cannot import (it starts with
-    ``/`` or ``.``), with ``RUNNER`` put before that path; any other command line as it is.
+    """``argv`` of a `tune run` whose recipe is a path (``*.py``), with ``RUNNER`` put before that
+    path; any other command line (one of torchtune's own recipes, by name) as it is.
 
     The recipe is the argument before ``--config`` that ends in ``.py``: torchtune requires
     ``--config`` after it, and torchrun's options, before it, take no ``.py`` value.
 
     Example:
-        >>> redirected(["/venv/bin/tune", "run", "--nproc_per_node", "2", "../x/run.py", "--config", "c.yaml"])[4:6]
-        ['entrodrop/config/run_recipe_file.py', '../x/run.py']
+        >>> redirected(["/venv/bin/tune", "run", "--nproc_per_node", "2", "recipes/x.py", "--config", "c.yaml"])[4:6]
+        ['entrodrop/config/run_recipe_file.py', 'recipes/x.py']
     """
     if not is_tune_run(argv):
         return argv
     before_config = argv.index("--config") if "--config" in argv else len(argv)
     for i, arg in enumerate(argv[2:before_config], start=2):
         if arg.endswith(".py") and not arg.startswith("-"):
-            return [*argv[:i], RUNNER, *argv[i:]] if arg.startswith(("/", ".")) else argv
+            return [*argv[:i], RUNNER, *argv[i:]]
     return argv
 
 
@@ -147,20 +146,13 @@ def quiet_child_failure(hook: Callable, exit: Callable[[int], None] = os._exit) 
     return excepthook
 
 
-def started(argv: List[str], environ: Mapping[str, str] = os.environ) -> None:
-    """What the start-up line does: in a `tune run`, ``argv`` (``sys.argv``) rewritten in place as
-    ``redirected`` says, and a worker's error that a user can fix shown last (``quiet_child_failure``);
-    there and in a process torchrun started (it alone sets ``TORCHELASTIC_RUN_ID``), Ctrl-C ended
-    quietly (``quiet_interrupt``), and in the latter the process ends with its launcher
-    (``entrodrop.launch``). Any other process is left as it is."""
-    if is_tune_run(argv):
-        argv[:] = redirected(argv)
-    if is_tune_run(argv) or "TORCHELASTIC_RUN_ID" in environ:
-        sys.excepthook = quiet_interrupt(sys.excepthook)
-    if is_tune_run(argv):
-        sys.excepthook = quiet_child_failure(sys.excepthook)
-    if "TORCHELASTIC_RUN_ID" in environ:
-        # A worker ends with its launcher from its first line on (entrodrop/launch.py, by its path
-        # as this file is): a launcher killed while the worker imports torch is not missed.
-        launch = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "launch.py")
-        __import__("runpy").run_path(launch)["end_with_launcher"](environ)
+def started(argv: List[str]) -> None:
+    """What the start-up line does in a `tune run`: ``argv`` (``sys.argv``) rewritten in place as
+    ``redirected`` says, Ctrl-C ended quietly (``quiet_interrupt``) and a worker's error that a user
+    can fix shown last (``quiet_child_failure``). Any other process is left as it is."""
+    if not is_tune_run(argv) or RUNNER in argv:
+        # Done already: Python 3.11 runs a virtual environment's .pth files twice (`python -v` shows
+        # site-packages processed twice), and the second call must change nothing.
+        return
+    argv[:] = redirected(argv)
+    sys.excepthook = quiet_child_failure(quiet_interrupt(sys.excepthook))

@@ -1,11 +1,16 @@
 """What this environment changes in a `tune run` as it starts (entrodrop.config.tune_run): a recipe
-given by a path torchtune cannot import as a module (absolute, ``./``, ``../``) is run as the file it
-names (run_recipe_file), and Ctrl-C ends the launcher with status 130 and no traceback."""
+given by any path is run as the file it names (run_recipe_file), and Ctrl-C ends the launcher with
+status 130 and no traceback; in any other Python start it changes nothing."""
 
+import json
+import runpy
 import signal
+import subprocess
 import sys
+import sysconfig
 
 import pytest
+from conftest import REPO
 from torch.distributed.elastic.multiprocessing.api import SignalException
 
 from entrodrop.config import cli, run_recipe_file, tune_run
@@ -13,16 +18,15 @@ from entrodrop.config import cli, run_recipe_file, tune_run
 TUNE = "/venv/bin/tune"
 
 
-@pytest.mark.parametrize("path", ["/tmp/x/my_recipe.py", "../x/my_recipe.py", "./recipes/smoke.py"])
-def test_a_path_torchtune_cannot_import_goes_to_the_runner(path):
+@pytest.mark.parametrize("path", ["/tmp/x/my_recipe.py", "../x/my_recipe.py", "./recipes/smoke.py", "recipes/smoke.py",
+                                  "my_recipes/run.py"])
+def test_a_recipe_given_by_its_path_goes_to_the_runner(path):
     argv = [TUNE, "run", "--nproc_per_node", "2", path, "--config", "c.yaml", "seed=1"]
     assert tune_run.redirected(argv) == [TUNE, "run", "--nproc_per_node", "2", tune_run.RUNNER, path,
                                              "--config", "c.yaml", "seed=1"]
 
 
 @pytest.mark.parametrize("argv", [
-    [TUNE, "run", "recipes/smoke.py", "--config", "/abs/c.yaml"],  # recipes/__init__.py checks this form
-    [TUNE, "run", "my_recipes/run.py", "--config", "c.yaml"],
     [TUNE, "run", "full_finetune_single_device", "--config", "/abs/c.py"],  # one of torchtune's own
     [TUNE, "ls"],
     ["/venv/bin/python", "run", "/tmp/x.py"],
@@ -75,17 +79,29 @@ def test_ctrl_c_ends_the_launcher_with_130_and_no_traceback(capsys, monkeypatch)
 def test_only_a_tune_run_is_changed(monkeypatch):
     before = sys.excepthook
     monkeypatch.setattr(sys, "excepthook", before)
-    argv = ["python", "run", "/tmp/x.py"]
-    tune_run.started(argv, environ={})
-    assert argv == ["python", "run", "/tmp/x.py"] and sys.excepthook is before
+    for argv in (["python", "run", "/tmp/x.py"], ["-m", "--config", "c.yaml"]):  # the latter: a worker
+        tune_run.started(argv)
+        assert argv[1:] in (["run", "/tmp/x.py"], ["--config", "c.yaml"]) and sys.excepthook is before
     argv = [TUNE, "run", "/tmp/x.py", "--config", "c.yaml"]
-    tune_run.started(argv, environ={})
+    tune_run.started(argv)
     assert argv == [TUNE, "run", tune_run.RUNNER, "/tmp/x.py", "--config", "c.yaml"]
     assert sys.excepthook is not before
-    monkeypatch.setattr(sys, "excepthook", before)
-    argv = ["-m", "--config", "c.yaml"]  # a worker torchrun started, as its start-up line sees it
-    tune_run.started(argv, environ={"TORCHELASTIC_RUN_ID": "none"})
-    assert argv == ["-m", "--config", "c.yaml"] and sys.excepthook is not before
+    hook = sys.excepthook
+    tune_run.started(argv)  # again, as Python 3.11 runs a virtual environment's .pth files twice
+    assert argv == [TUNE, "run", tune_run.RUNNER, "/tmp/x.py", "--config", "c.yaml"] and sys.excepthook is hook
+
+
+def test_a_python_start_outside_tune_run_gets_nothing_on_sys_path_and_imports_nothing(tmp_path):
+    """Even in a directory that holds a `recipes` package and `entrodrop`, as a checkout does."""
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "recipes" / "__init__.py").write_text("")
+    (tmp_path / "entrodrop").symlink_to(REPO / "entrodrop")
+    code = "import json, sys; print(json.dumps([sys.path, sorted(sys.modules)]))"
+    started = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True)
+    path, modules = json.loads(started.stdout)
+    assert str(tmp_path) not in path and str(REPO) not in path, path
+    # Nothing of ours, and not runpy (what the start-up line imports in a `tune run`).
+    assert not [name for name in modules if name.startswith(("entrodrop", "recipes", "runpy", "torch"))], modules
 
 
 def test_a_workers_error_ends_an_n_process_run_as_its_last_line_in_place_of_torchruns_traceback(tmp_path, monkeypatch,
@@ -119,3 +135,13 @@ def test_a_workers_error_ends_an_n_process_run_as_its_last_line_in_place_of_torc
     monkeypatch.setenv(cli.DEBUG_ENV, "1")  # the traceback, when asked for
     hook(ChildFailedError, failed, None)
     assert passed_on == [ChildFailedError] * 2
+
+
+def test_the_install_script_writes_one_line_and_removes_the_line_an_older_make_wrote(tmp_path, monkeypatch):
+    script = runpy.run_path(str(REPO / "scripts" / "install_tune_run_hook.py"))
+    (tmp_path / script["OLD_PTH"]).write_text("import sys; sys.path.insert(0, '/old/checkout')\n")
+    monkeypatch.setattr(sysconfig, "get_paths", lambda: {"purelib": str(tmp_path)})
+    script["main"]()
+    assert sorted(path.name for path in tmp_path.iterdir()) == [script["PTH_NAME"]]
+    (line,) = (tmp_path / script["PTH_NAME"]).read_text().splitlines()
+    assert line.startswith("import sys; sys.argv[1:2] == ['run'] and ") and "sys.path" not in line

@@ -1,7 +1,7 @@
 """`tune run <path>` runs the file at that path, or refuses and says why; never other code.
 
-scripts/link_repo.py (run by `make`) and recipes/__init__.py make this hold; docs/training.md, "Why
-`make` links the repository into the environment". Each test runs the real `tune` of this
+The start-up line scripts/install_tune_run_hook.py writes (run by `make`) makes this hold;
+docs/training.md, "Why `make` installs a start-up hook". Each test runs the real `tune` of this
 environment from a directory outside the checkout, as a user would.
 """
 
@@ -51,8 +51,8 @@ def test_a_recipe_copied_anywhere_runs_by_its_absolute_path(tiny_assets, tmp_pat
     copy.parent.mkdir()
     copy.write_text(source.replace('"processes":', '"copy": "mine", "processes":'))
     result = tune_run(user, str(copy))
-    assert result.returncode == 0, f"run `python scripts/link_repo.py` (make does) if this is torchtune's error:\n" \
-                                   f"{result.stderr[-3000:]}"
+    assert result.returncode == 0, (f"run `python scripts/install_tune_run_hook.py` (make does) if this is "
+                                    f"torchtune's error:\n{result.stderr[-3000:]}")
     assert json.loads((user / "out" / "smoke.json").read_text())["copy"] == "mine"
 
 
@@ -69,16 +69,17 @@ def test_a_second_checkout_runs_its_own_recipes(tiny_assets, tmp_path):
         assert json.loads((second / "out" / "smoke.json").read_text())["checkout"] == "second"
 
 
-def test_a_recipes_folder_that_is_not_the_one_imported_is_an_error(tiny_assets, tmp_path):
+def test_a_recipes_folder_without_init_runs_its_own_file_and_a_missing_file_is_named(tiny_assets, tmp_path):
+    """torchtune alone imports `recipes.my_run` from its own `recipes` package, which shadows the folder."""
     user = project(tmp_path / "my_project", "configs", "assets")
-    (user / "recipes").mkdir()  # no __init__.py: Python imports the checkout's `recipes` instead
-    shutil.copy(REPO / "recipes" / "smoke.py", user / "recipes" / "my_run.py")
+    (user / "recipes").mkdir()  # no __init__.py
+    source = (REPO / "recipes" / "smoke.py").read_text()
+    (user / "recipes" / "my_run.py").write_text(source.replace('"processes":', '"copy": "mine", "processes":'))
     result = tune_run(user, "recipes/my_run.py")
-    assert result.returncode != 0
-    assert f"the package `recipes` that was imported is {REPO / 'recipes'}, not the one beside" in result.stderr
-    assert f"add an empty {user / 'recipes' / '__init__.py'}" in result.stderr
-    # Where there is no recipes/ at all, the checkout's smoke.py is not run in its place either.
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((user / "out" / "smoke.json").read_text())["copy"] == "mine"
+    # Where there is no recipes/ at all, the checkout's smoke.py is not run in its place.
     elsewhere = project(tmp_path / "elsewhere", "configs", "assets")
     result = tune_run(elsewhere, "recipes/smoke.py")
-    assert result.returncode != 0 and f"{elsewhere / 'recipes'} does not exist" in result.stderr
-    assert not (user / "out").exists() and not (elsewhere / "out").exists()
+    assert result.returncode != 0 and f"there is no file {elsewhere / 'recipes' / 'smoke.py'}" in result.stderr
+    assert not (elsewhere / "out").exists()

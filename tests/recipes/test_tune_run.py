@@ -1,9 +1,9 @@
 """`tune run recipes/<name>.py` works from the repository root, through the real CLI.
 
 torchtune 0.6.1 installs a top-level `recipes` package that raises on import and, on one
-process, imports `recipes.<name>` with the working directory appended after site-packages;
-scripts/link_repo.py (run by `make`) puts the checkout first. These tests run the real
-`tune` executable of this environment in a subprocess, one process and two (gloo).
+process, imports `recipes.<name>` with the working directory appended after site-packages; the
+start-up hook that scripts/install_tune_run_hook.py installs (run by `make`) runs the file
+instead. These tests run the real `tune` executable of this environment in a subprocess, one process and two (gloo).
 """
 
 import importlib.util
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.recipe  # starts tune run / torchrun / a script in a su
 def test_recipes_resolves_to_this_checkout():
     origin = importlib.util.find_spec("recipes").origin
     assert origin == str(REPO / "recipes" / "__init__.py"), (
-        f"`recipes` resolves to {origin}: run `python scripts/link_repo.py` (make does)"
+        f"`recipes` resolves to {origin}: run the tests from the checkout root"
     )
 
 
