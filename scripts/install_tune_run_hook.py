@@ -9,8 +9,9 @@ torchrun's ``python -m`` (N). torchtune's wheel installs a top-level ``recipes``
 torchrun's launcher prints a traceback for Ctrl-C and for a worker's error. Nothing of ours runs in
 the launcher before that, so the one thing written here is a ``.pth`` line that, in a `tune run`
 alone, runs ``started`` of this checkout's ``entrodrop/config/tune_run.py``. In every other Python
-start it compares ``sys.argv[1:2]`` with ``['run']`` and stops: it imports nothing and puts nothing
-on ``sys.path`` (docs/training.md, "Why `make` installs a start-up hook", gives its cost).
+start it compares ``sys.argv[1:2]`` with ``['run']`` (and the program's name with ``tune``) and
+stops: it imports nothing and puts nothing on ``sys.path`` (docs/training.md, "Why `make`
+installs a start-up hook", gives its cost).
 
 The file is run by its path (``runpy.run_path``), not imported as ``entrodrop.config.tune_run``: the
 working directory is not on ``sys.path`` yet when the line runs. The workers need no hook: they run
@@ -27,9 +28,9 @@ PTH_NAME = "entrodrop_tune_run.pth"
 OLD_PTH = "entrodrop_repo_first.pth"
 
 # A .pth line starting with "import" is executed at every start-up, so it must be one line whose
-# first test fails at once outside `tune run` (started() tests the program's name again).
-LINE = ("import sys; sys.argv[1:2] == ['run'] and __import__('os').path.isfile({hook!r}) and "
-        "__import__('runpy').run_path({hook!r})['started'](sys.argv)\n")
+# tests fail at once outside `tune run`: any other program (`python x.py run` too) reads nothing.
+LINE = ("import sys; sys.argv[1:2] == ['run'] and sys.argv[0].rpartition('/')[2] == 'tune' and "
+        "__import__('os').path.isfile({hook!r}) and __import__('runpy').run_path({hook!r})['started'](sys.argv)\n")
 
 
 def main() -> None:

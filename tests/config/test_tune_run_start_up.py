@@ -101,7 +101,13 @@ def test_a_python_start_outside_tune_run_gets_nothing_on_sys_path_and_imports_no
     path, modules = json.loads(started.stdout)
     assert str(tmp_path) not in path and str(REPO) not in path, path
     # Nothing of ours, and not runpy (what the start-up line imports in a `tune run`).
-    assert not [name for name in modules if name.startswith(("entrodrop", "recipes", "runpy", "torch"))], modules
+    ours = ("entrodrop", "recipes", "runpy", "torch")
+    assert not [name for name in modules if name.startswith(ours)], modules
+    # A program whose first argument is `run`, as a `tune run`'s is, is no `tune run` either.
+    (tmp_path / "run.py").write_text(code)
+    started = subprocess.run([sys.executable, "run.py", "run", "x.py"], cwd=tmp_path, capture_output=True, text=True,
+                             check=True)
+    assert not [name for name in json.loads(started.stdout)[1] if name.startswith(ours)]
 
 
 def test_a_workers_error_ends_an_n_process_run_as_its_last_line_in_place_of_torchruns_traceback(tmp_path, monkeypatch,
