@@ -26,7 +26,14 @@ from pathlib import Path
 from typing import Callable, Iterator, List
 
 import pytest
-import torch
+
+# pytest-xdist runs one worker a core (`-n 2` on CI's two cores); the default of a thread a core
+# in each worker (torch's, and numpy's BLAS) would run twice as many threads as cores and slow
+# every test. Set before torch and numpy are imported, as OMP_NUM_THREADS must be.
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
+
+import torch  # noqa: E402
 
 from entrodrop.sandbox.code_runner import Harness, Limits, Run, passed, same_stdout, sandbox_in_use
 
