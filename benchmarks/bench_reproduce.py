@@ -5,7 +5,7 @@
     python benchmarks/bench_reproduce.py --quick               (2 runs of 20 steps: the pipeline, in a minute)
     python benchmarks/bench_reproduce.py --settings baseline,entrodrop --seeds 3 --device cpu
 
-It trains the runs scripts/reproduce.py would for ``--settings`` and seeds 0 to ``--seeds`` - 1
+It trains the runs `make reproduce` (``entrodrop.experiments.reproduce``) would for ``--settings`` and seeds 0 to ``--seeds`` - 1
 (``reproduce.jobs``, in its order: the seed-0 baseline first, the runs that read its midpoint after
 it) on the demo's base (made first if missing, as `make reproduce` does), as many at once as
 ``entrodrop.run_queue.runs_at_once`` says, into a temporary folder, and prints a table of the
@@ -15,18 +15,13 @@ so compare two settings one after the other, and again in the other order.
 """
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "scripts"))
-import demo  # noqa: E402
-import reproduce  # noqa: E402
-
-from entrodrop.analysis.report import markdown_table  # noqa: E402
-from entrodrop.run_queue import run_jobs  # noqa: E402
+from entrodrop.analysis.report import markdown_table
+from entrodrop.experiments import demo, reproduce
+from entrodrop.run_queue import run_jobs
 
 STEP_TOKENS = 8 * 256  # configs/demo/cpt_*.yaml: global_batch_size x seq_len
 
@@ -34,7 +29,7 @@ STEP_TOKENS = 8 * 256  # configs/demo/cpt_*.yaml: global_batch_size x seq_len
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--settings", default="baseline,entrodrop,neftune,targeting_random",
-                        help="settings of scripts/reproduce.py's SETTINGS, comma-separated")
+                        help="settings of entrodrop.experiments.reproduce.SETTINGS, comma-separated")
     parser.add_argument("--seeds", type=int, default=2, help="seeds 0 to N - 1 of each")
     parser.add_argument("--steps", type=int, default=None, help="steps a run (default: the configs', 320)")
     parser.add_argument("--device", default="cpu", help="cpu, or cuda where torch sees a GPU")
@@ -59,7 +54,7 @@ def main() -> None:
         parallel = reproduce.parallel_on(args.device)
         warm = not args.cold and args.device == "cpu"
         start = time.perf_counter()
-        run_jobs(jobs, parallel, Path(out) / "logs", Path(out) / ".runs", demo.run_env(threads=1), REPO,
+        run_jobs(jobs, parallel, Path(out) / "logs", Path(out) / ".runs", demo.run_env(threads=1), demo.REPO,
                  on_done=lambda job: print(f"  {job.name} done at {time.perf_counter() - start:.0f} s", flush=True),
                  warm=warm)
         seconds = time.perf_counter() - start

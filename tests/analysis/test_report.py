@@ -7,7 +7,7 @@ from typing import Optional
 
 import numpy as np
 import torch
-from conftest import REPO, _load_script, columns_of, fake_run, run_script_main
+from conftest import REPO, columns_of, fake_run, run_script_main
 
 from entrodrop.analysis.report import (
     agreement_points,
@@ -61,7 +61,8 @@ def test_bad_arguments_are_errors_that_list_what_exists(tmp_path, monkeypatch, c
 
 
 def test_the_demo_takes_the_reports_proposal_and_says_when_it_falls_back(tmp_path):
-    demo = _load_script("demo")
+    from entrodrop.experiments import demo
+
     epochs, line = demo.choose_midpoint(read_run(fake_run(tmp_path, "turns", [2.0, 1.6, 1.4, 1.5])))
     assert epochs == 3.0 and "midpoint from the report" in line and "token_dropout.midpoint: 3.00" in line
     epochs, line = demo.choose_midpoint(read_run(fake_run(tmp_path, "falls", [2.0, 1.6, 1.4])))

@@ -1,12 +1,13 @@
-"""scripts/reproduce.py without training: its runs (every setting with every seed, none reading the
-baseline's midpoint before the baseline has run, on the device and as many at once as it is told),
-and the tables, claim verdicts and figure it writes from recorded runs. (`make reproduce` itself
-trains 13 settings of several seeds: docs/reproduction.md has its figures.)"""
+"""The reproduction (entrodrop/experiments/reproduce.py) without training: its runs (every
+setting with every seed, none reading the baseline's midpoint before the baseline has run, on
+the device and as many at once as it is told), and the tables, claim verdicts and figure it
+writes from recorded runs. (`make reproduce` itself trains 13 settings of several seeds:
+docs/reproduction.md has its figures.)"""
 
 import pytest
-from conftest import _load_script, fake_run
+from conftest import fake_run
 
-reproduce = _load_script("reproduce")
+from entrodrop.experiments import reproduce
 
 
 def test_seeds_is_a_count_of_seeds_from_zero():

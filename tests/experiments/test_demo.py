@@ -1,4 +1,4 @@
-"""scripts/demo.py without running it: which version it picks, how its stages resume, the runs
+"""The demo (entrodrop/experiments/demo.py) without running it: which version it picks, how its stages resume, the runs
 of each version, the held-out target task they are scored on, and the tables 3 and 4 the GPU
 report writes. (The CPU demo itself runs in `make demo`; the GPU version needs a GPU.)"""
 
@@ -7,14 +7,14 @@ import json
 import lm_eval
 import pytest
 import yaml
-from conftest import REPO, _load_script, columns_of, fake_run
+from conftest import REPO, columns_of, fake_run
 from lm_eval.api.model import LM
 from lm_eval.tasks import TaskManager
 from omegaconf import OmegaConf
 
 from entrodrop.analysis.report import read_run
+from entrodrop.experiments import demo
 
-demo = _load_script("demo")
 TASKS = REPO / "entrodrop" / "tasks"
 
 
