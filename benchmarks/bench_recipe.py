@@ -1,6 +1,7 @@
 """Benchmark the EntroDrop recipe on CPU on the demo and tiny models. Prints a table.
 
-    python benchmarks/bench_recipe.py [--steps 40] [--repeats 4]
+    python benchmarks/bench_recipe.py [--steps 40] [--repeats 4] [--pairs 100]
+    python benchmarks/bench_recipe.py --quick      (the whole pipeline, 8 steps a run, once: a test runs it)
 
 Three comparisons, each run through the real `tune run`, interleaved ``--repeats`` times (in
 reverse order every other time), the median of the per-step figures after 5 warm-up steps:
@@ -37,6 +38,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from entrodrop.analysis.report import markdown_table
 
 REPO = Path(__file__).resolve().parent.parent
 TUNE = str(Path(sys.executable).parent / "tune")
@@ -127,12 +130,12 @@ def per_step(run_dir: Path, key: str, first: int) -> list:
     return [metrics[key] for step, metrics in read_run(run_dir)["steps"].items() if step > first and key in metrics]
 
 
-def time_plan(stores: Path, calls: int = 200) -> float:
+def time_plan(entropy: Path, stores: Path, calls: int = 200) -> float:
     """Milliseconds per call of the gate + mask for one 8 x 256 batch, in this process."""
     from entrodrop.data.loader import build_loader
     from entrodrop.method.dropout import TokenDropoutPlan
 
-    batch = next(iter(build_loader(f"{stores}/target", f"{stores}/entropy", f"{stores}/general", 256, 8, 0.6, 0)))
+    batch = next(iter(build_loader(f"{stores}/target", str(entropy), f"{stores}/general", 256, 8, 0.6, 0)))
     method = TokenDropoutPlan("low", 0.5, "static", 0.1, 1.0, 0.0, "steps", seed=0)
     method.plan(batch["entropy"], batch["document_ids"], 0, 1.0, range(8))
     start = time.perf_counter()
@@ -170,8 +173,8 @@ def demo_step(stores: Path, loss_fn) -> tuple:
     hook, e_bar = EmbeddingHook(model.tok_embeddings), mean_embedding(model.tok_embeddings.weight)
     method = TokenDropoutPlan("low", 0.5, "static", 0.1, 1.0, 0.0, "steps", seed=0)
     forward, with_token_losses = model_output_for(model, loss_fn), loss_with_token_losses(loss_fn)
-    store = LossSignal(SampleStore(f"{stores}/entropy", "entropy"), torch.device("cpu"))
-    it = iter(build_loader(f"{stores}/target", f"{stores}/entropy", f"{stores}/general", 256, 8, 0.6, 0))
+    store = LossSignal(SampleStore(f"{stores}/entropy_demo", "entropy"), torch.device("cpu"))
+    it = iter(build_loader(f"{stores}/target", f"{stores}/entropy_demo", f"{stores}/general", 256, 8, 0.6, 0))
     batches = [next(it) for _ in range(8)]
 
     def step(k: int, signal) -> float:
@@ -214,86 +217,96 @@ def alternate(step, a, b, pairs: int) -> tuple:
     return tuple(statistics.median(x) * 1000 for x in (times[a], times[b], differences))
 
 
-def main() -> None:
+def build_data(tmp: Path, steps: int) -> dict:
+    """Token stores of the tiny corpora and, for each model the runs train, an entropy cache of
+    its own (training refuses a cache computed by another model): the overrides of each run."""
+    from entrodrop.models.tiny import DEMO_QWEN3
+
+    print("data: token stores and three entropy caches (tiny Qwen3, tiny Llama3.1, demo Qwen3)", flush=True)
+    tune("recipes/tokenize_corpus.py", "--config", "configs/tiny/qwen3_tokenize.yaml",
+         f"corpora.target.store_dir={tmp}/target", f"corpora.general.store_dir={tmp}/general")
+    # The demo model's shape is named here: configs/demo trains a smaller model.
+    shape = [f"model.{k}={v}" for k, v in DEMO_QWEN3.items()]
+    models = {"llama": ("configs/tiny/qwen3_precompute_entropy.yaml", LLAMA_OVERRIDES),
+              "demo": ("configs/demo/precompute_entropy.yaml", ["checkpointer.checkpoint_dir=assets/tiny/qwen3_demo",
+                                                               *shape])}
+    for name, (config, overrides) in models.items():
+        tune("recipes/precompute_entropy.py", "--config", config, *overrides, f"target_tokens={tmp}/target",
+             f"cache_dir={tmp}/entropy_{name}")
+    data = [f"data.target_tokens={tmp}/target", f"data.general_tokens={tmp}/general", f"total_tokens={steps * SLOTS}",
+            f"save_every_n_steps={steps}",
+            # evaluation off: this measures training steps
+            "evaluation.validation.target_tokens=null", "evaluation.validation.target_entropy=null",
+            "evaluation.lm_eval.tasks.code=[]"]
+    demo = ["recipes/entrodrop_single_device.py", "--config", "configs/demo/cpt_entrodrop.yaml",
+            "checkpointer.checkpoint_dir=assets/tiny/qwen3_demo", *shape, *data,
+            f"data.target_entropy={tmp}/entropy_demo"]
+    tiny = ["recipes/entrodrop_single_device.py", "--config", "configs/tiny/qwen3_entrodrop_single_device.yaml",
+            *data, f"data.target_entropy={tmp}/entropy_llama"]
+    return {  # the signal: loss run beside its entropy twin, so the two are neighbours in every repeat
+        "demo qwen3: signal loss": demo + ["token_dropout.schedule=static", "token_dropout.signal=loss"],
+        "demo qwen3: EntroDrop on": demo + ["token_dropout.schedule=static"],
+        "demo qwen3: EntroDrop off": demo + ["token_dropout.schedule=none"],
+        # The stock recipe's loss: chunked CE over one chunk of full logits.
+        "tiny llama3.1: ours": tiny + ["token_dropout.schedule=none"] + LLAMA_OVERRIDES + CHUNKED_CE,
+    }
+
+
+def in_one_process(tmp: Path, pairs: int) -> dict:
+    """The step costs measured in this process, alternating steps (``alternate``), on the demo
+    model's cache: EntroDrop on against off, and signal: loss against entropy with each loss."""
     from torchtune.modules.loss import CEWithChunkedOutputLoss
 
     from entrodrop.loss import LinearCrossEntropy
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--repeats", type=int, default=4)
-    args = parser.parse_args()
-    warmup = 5
-    seconds = {}  # run -> per-step seconds over all repeats
-    by_run = {}  # run -> its per-step seconds, one list a repeat (to pair steps)
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
-        tune("recipes/tokenize_corpus.py", "--config", "configs/tiny/qwen3_tokenize.yaml",
-             f"corpora.target.store_dir={tmp}/target", f"corpora.general.store_dir={tmp}/general")
-        tune("recipes/precompute_entropy.py", "--config", "configs/tiny/qwen3_precompute_entropy.yaml",
-             f"target_tokens={tmp}/target", f"cache_dir={tmp}/entropy")
-        data = [f"data.target_tokens={tmp}/target", f"data.target_entropy={tmp}/entropy",
-                f"data.general_tokens={tmp}/general", f"total_tokens={args.steps * SLOTS}",
-                f"save_every_n_steps={args.steps}",
-                # evaluation off: this measures training steps
-                "evaluation.validation.target_tokens=null", "evaluation.validation.target_entropy=null",
-                "evaluation.lm_eval.tasks.code=[]"]
-        # The demo model's own entropies: training refuses a cache computed by another model. Its
-        # shape is named here: configs/demo trains a smaller model.
-        from entrodrop.models.tiny import DEMO_QWEN3
+    print(f"in one process: planning alone, then {pairs} alternating pairs of steps, three times", flush=True)
+    found = {"plan_ms": time_plan(tmp / "entropy_demo", tmp)}
+    step, store = demo_step(tmp, CEWithChunkedOutputLoss(num_output_chunks=1))
+    found["dropout"] = alternate(step, None, "entropy", pairs)
+    found["signal"] = {"torchtune chunked CE (the demo's)": alternate(step, "entropy", "loss", pairs),
+                       "ours, LinearCrossEntropy": alternate(demo_step(tmp, LinearCrossEntropy(512))[0], "entropy",
+                                                             "loss", pairs)}
+    found["store_tokens"] = store.values.numel()
+    found["store_bytes"] = store.values.numel() * store.values.element_size()
+    return found
 
-        shape = [f"model.{k}={v}" for k, v in DEMO_QWEN3.items()]
-        tune("recipes/precompute_entropy.py", "--config", "configs/demo/precompute_entropy.yaml",
-             "checkpointer.checkpoint_dir=assets/tiny/qwen3_demo", *shape, f"target_tokens={tmp}/target",
-             f"cache_dir={tmp}/entropy_demo")
-        demo = ["recipes/entrodrop_single_device.py", "--config", "configs/demo/cpt_entrodrop.yaml",
-                "checkpointer.checkpoint_dir=assets/tiny/qwen3_demo", *shape, *data,
-                f"data.target_entropy={tmp}/entropy_demo"]
-        tiny = ["recipes/entrodrop_single_device.py", "--config", "configs/tiny/qwen3_entrodrop_single_device.yaml",
-                *data]
-        ours = {  # the signal: loss run beside its entropy twin, so the two are neighbours in every repeat
-            "demo qwen3: signal loss": demo + ["token_dropout.schedule=static", "token_dropout.signal=loss"],
-            "demo qwen3: EntroDrop on": demo + ["token_dropout.schedule=static"],
-            "demo qwen3: EntroDrop off": demo + ["token_dropout.schedule=none"],
-            # The stock recipe's loss: chunked CE over one chunk of full logits.
-            "tiny llama3.1: ours": tiny + ["token_dropout.schedule=none"] + LLAMA_OVERRIDES + CHUNKED_CE,
-        }
-        runs = [*ours, "tiny llama3.1: torchtune stock"]
-        plan_ms = time_plan(tmp)
-        step, store = demo_step(tmp, CEWithChunkedOutputLoss(num_output_chunks=1))
-        ab_off, ab_on, ab_difference = alternate(step, None, "entropy", 100)
-        signal_ab = {"torchtune chunked CE (the demo's)": alternate(step, "entropy", "loss", 100),
-                     "ours, LinearCrossEntropy": alternate(demo_step(tmp, LinearCrossEntropy(512))[0], "entropy",
-                                                           "loss", 100)}
-        store_bytes = store.values.numel() * store.values.element_size()
-        for repeat in range(args.repeats):
-            # Interleaved, and in reverse order every other repeat, so the machine's drift
-            # hits every run alike.
-            for name in list(runs) if repeat % 2 == 0 else list(runs)[::-1]:
-                out = tmp / f"run{repeat}-{abs(hash(name))}"
-                if name in ours:
-                    tune(*ours[name], f"output_dir={out}")
-                    by_run.setdefault(name, []).append(per_step(out, "step_seconds", warmup))
-                    seconds.setdefault(name, []).extend(by_run[name][-1])
-                    continue
-                out.mkdir()
-                (out / "config.yaml").write_text(STOCK_CONFIG.format(out=out, repo=REPO, steps=args.steps))
-                tune("full_finetune_single_device", "--config", str(out / "config.yaml"))
-                # Its packed rows are full, and it counts every label before shifting: 8 x 256 a step.
-                tps = per_step(out, "tokens_per_second_per_gpu", warmup)
-                seconds.setdefault(name, []).extend(SLOTS / t for t in tps)
 
+def time_runs(tmp: Path, ours: dict, steps: int, repeats: int, warmup: int) -> tuple:
+    """Each run ``repeats`` times through `tune run`, interleaved, and in reverse order every
+    other repeat, so the machine's drift hits every run alike: (run -> per-step seconds over
+    all repeats, run -> one list of per-step seconds a repeat)."""
+    seconds, by_run = {}, {}
+    runs = [*ours, "tiny llama3.1: torchtune stock"]
+    for repeat in range(repeats):
+        for name in runs if repeat % 2 == 0 else runs[::-1]:
+            print(f"repeat {repeat + 1}/{repeats}: {name}", flush=True)
+            out = tmp / f"run{repeat}-{abs(hash(name))}"
+            if name in ours:
+                tune(*ours[name], f"output_dir={out}")
+                by_run.setdefault(name, []).append(per_step(out, "step_seconds", warmup))
+                seconds.setdefault(name, []).extend(by_run[name][-1])
+                continue
+            out.mkdir()
+            (out / "config.yaml").write_text(STOCK_CONFIG.format(out=out, repo=REPO, steps=steps))
+            tune("full_finetune_single_device", "--config", str(out / "config.yaml"))
+            # Its packed rows are full, and it counts every label before shifting: 8 x 256 a step.
+            seconds.setdefault(name, []).extend(SLOTS / t for t in per_step(out, "tokens_per_second_per_gpu", warmup))
+    return seconds, by_run
+
+
+def print_tables(seconds: dict, by_run: dict, found: dict, repeats: int, warmup: int) -> None:
     median = {name: statistics.median(values) for name, values in seconds.items()}
     on, off = median["demo qwen3: EntroDrop on"], median["demo qwen3: EntroDrop off"]
     stock, ours_llama = median["tiny llama3.1: torchtune stock"], median["tiny llama3.1: ours"]
-    print(f"\nCPU, 8 x 256 token slots a step, median over {args.repeats} runs of each, "
+    print(f"\nCPU, 8 x 256 token slots a step, median over {repeats} runs of each, "
           f"{warmup} warm-up steps left out of each run\n")
-    print(f"| {'run':<30} | {'steps timed':>11} | {'ms / step':>9} | {'slots/s':>8} |")
-    print(f"|{'-' * 32}|{'-' * 13}|{'-' * 11}|{'-' * 10}|")
-    for name, value in median.items():
-        print(f"| {name:<30} | {len(seconds[name]):>11} | {value * 1000:>9.1f} | {SLOTS / value:>8.0f} |")
+    print("\n".join(markdown_table(["run", "steps timed", "ms / step", "slots/s"],
+                                   [[name, str(len(seconds[name])), f"{value * 1000:.1f}", f"{SLOTS / value:.0f}"]
+                                    for name, value in median.items()])))
+    ab_off, ab_on, ab_difference = found["dropout"]
     print(f"\nEntroDrop cost: {100 * (on / off - 1):+.2f}% of the step time (target <= 2%); "
-          f"TokenDropoutPlan.plan alone: {plan_ms:.2f} ms a step = {100 * plan_ms / 1000 / off:.2f}% of it")
+          f"TokenDropoutPlan.plan alone: {found['plan_ms']:.2f} ms a step = "
+          f"{100 * found['plan_ms'] / 1000 / off:.2f}% of it")
     print(f"in one process, alternating steps: {ab_on:.1f} ms with EntroDrop, {ab_off:.1f} ms without; "
           f"median difference of a pair {ab_difference:+.2f} ms = {100 * ab_difference / ab_off:+.2f}%")
     print(f"ours / stock: {stock / ours_llama:.3f}x the stock recipe's slots/s (target >= 0.98)")
@@ -301,14 +314,31 @@ def main() -> None:
     paired = zip(by_run["demo qwen3: EntroDrop on"], by_run["demo qwen3: signal loss"])
     ratios = [b / a for entropy_run, loss_run in paired for a, b in zip(entropy_run, loss_run)]
     print("\nsignal: loss against signal: entropy, EntroDrop static, demo model (target: within 1%)\n")
-    print("| measured | entropy ms / step | loss ms / step | loss / entropy |")
-    print("|---|---|---|---|")
-    print(f"| separate runs, step k against step k, {len(ratios)} pairs | {on * 1000:.1f} | "
-          f"{median['demo qwen3: signal loss'] * 1000:.1f} | {statistics.median(ratios):.4f} |")
-    for loss_name, (a, b, difference) in signal_ab.items():
-        print(f"| one process, alternating steps, {loss_name} | {a:.1f} | {b:.1f} | {1 + difference / a:.4f} |")
-    print(f"\nthe store: {store.values.numel():,} target tokens x 2 bytes (fp16) = {store_bytes / 2**20:.2f} MiB "
-          f"(the paper's 0.02B tokens: {0.02e9 * 2 / 1e6:.0f} MB)")
+    rows = [[f"separate runs, step k against step k, {len(ratios)} pairs", f"{on * 1000:.1f}",
+             f"{median['demo qwen3: signal loss'] * 1000:.1f}", f"{statistics.median(ratios):.4f}"]]
+    rows += [[f"one process, alternating steps, {loss_name}", f"{a:.1f}", f"{b:.1f}", f"{1 + difference / a:.4f}"]
+             for loss_name, (a, b, difference) in found["signal"].items()]
+    print("\n".join(markdown_table(["measured", "entropy ms / step", "loss ms / step", "loss / entropy"], rows)))
+    print(f"\nthe store: {found['store_tokens']:,} target tokens x 2 bytes (fp16) = "
+          f"{found['store_bytes'] / 2**20:.2f} MiB (the paper's 0.02B tokens: {0.02e9 * 2 / 1e6:.0f} MB)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--repeats", type=int, default=4)
+    parser.add_argument("--pairs", type=int, default=100, help="alternating pairs of steps in one process")
+    parser.add_argument("--quick", action="store_true", help="the whole pipeline: 8 steps a run, 1 repeat, 4 pairs")
+    args = parser.parse_args()
+    if args.quick:
+        args.steps, args.repeats, args.pairs = 8, 1, 4
+    warmup = min(5, args.steps // 2)
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        ours = build_data(tmp, args.steps)
+        found = in_one_process(tmp, args.pairs)
+        seconds, by_run = time_runs(tmp, ours, args.steps, args.repeats, warmup)
+    print_tables(seconds, by_run, found, args.repeats, warmup)
 
 
 if __name__ == "__main__":
