@@ -5,6 +5,7 @@ reliability_guard, the tests in the program's process), on HumanEval's 164 canon
 Every one must pass either way. Prints the table and the load average the figures were taken at.
 
     python benchmarks/bench_code_runner.py [--workers 1 2] [--repeats 2]
+    python benchmarks/bench_code_runner.py --quick   (every path on the first 16 problems, once: a test runs it)
 """
 
 import argparse
@@ -33,8 +34,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--repeats", type=int, default=2, help="runs of each row (the machine may be shared)")
+    parser.add_argument("--quick", action="store_true", help="one worker, once, the first 16 problems")
     args = parser.parse_args()
     problems = list(read_problems().values())
+    if args.quick:
+        args.workers, args.repeats, problems = [1], 1, problems[:16]
     os.environ["HF_ALLOW_CODE_EVAL"] = "1"
     print(f"HumanEval canonical solutions: {len(problems)}; {os.cpu_count()} CPUs, {platform.platform()}; "
           f"sandbox here: {sandbox_in_use('auto')}\n")

@@ -1,6 +1,7 @@
 """How long `tune run` takes to report a config mistake, and what it prints. Prints a table.
 
     python benchmarks/bench_config_errors.py [--repeats 3]
+    python benchmarks/bench_config_errors.py --quick   (each mistake once: a test runs it)
 
 Each of three mistakes (an optimizer value, a length above the model's max_seq_len, a missing
 tokenizer file) is given to the tiny training config through the real `tune run`, in a fresh
@@ -39,7 +40,10 @@ def timed(cmd, repeats: int):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="each mistake once")
     args = parser.parse_args()
+    if args.quick:
+        args.repeats = 1
     floor, _ = timed([sys.executable, "-c", "import torchtune"], args.repeats)
     print(f"| mistake | seconds (median of {args.repeats}) | exit | stderr lines | traceback |")
     print("|---|---|---|---|---|")
@@ -48,7 +52,8 @@ def main() -> None:
         for name, overrides in MISTAKES.items():
             seconds, result = timed([str(TUNE), *TRAIN, f"output_dir={out}/run", *overrides], args.repeats)
             lines = result.stderr.strip().splitlines()
-            print(f"| {name} | {seconds:.2f} | {result.returncode} | {len(lines)} | {'Traceback' in result.stderr} |")
+            print(f"| {name} | {seconds:.2f} | {result.returncode} | {len(lines)} | {'Traceback' in result.stderr} |",
+                  flush=True)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Benchmark the entropy precompute against the work any method must do. Prints a table.
 
     python benchmarks/bench_entropy.py [--embed-dim 1024] [--num-samples 32]
+    python benchmarks/bench_entropy.py --quick   (width 128, 4 samples, once: a test runs it)
 
 The model is a Qwen3 with Qwen3's real vocabulary (151,936) and Qwen3-0.6B's width (1024,
 16 x 128 heads, 8 KV heads) but 2 layers, random weights, loaded from a Hugging Face
@@ -129,7 +130,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="runs of each method; the median is shown")
     parser.add_argument("--worker", choices=METHODS)
     parser.add_argument("--checkpoint", type=Path)
+    parser.add_argument("--quick", action="store_true", help="width 128, 4 samples in batches of 2, one run a method")
     args = parser.parse_args()
+    if args.quick:
+        args.embed_dim, args.num_samples, args.batch_size, args.repeats = 128, 4, 2, 1
     if args.worker:
         print(json.dumps(worker(args.worker, args.checkpoint, args.embed_dim, args.num_samples,
                                 args.batch_size, args.chunk_size, args.vocab_chunk_size, args.pack_rows_of)))
@@ -138,8 +142,9 @@ def main() -> None:
         ckpt = Path(tmp) / "bench_qwen3"
         write_checkpoint(ckpt, args.embed_dim)
         runs = {m: [] for m in METHODS}
-        for _ in range(args.repeats):  # interleaved, so drift in the machine hits every method
+        for repeat in range(args.repeats):  # interleaved, so drift in the machine hits every method
             for method in METHODS:
+                print(f"repeat {repeat + 1}/{args.repeats}: {method}", flush=True)
                 cmd = [sys.executable, __file__, "--worker", method, "--checkpoint", str(ckpt),
                        "--embed-dim", str(args.embed_dim), "--num-samples", str(args.num_samples),
                        "--batch-size", str(args.batch_size), "--chunk-size", str(args.chunk_size),

@@ -30,7 +30,8 @@ Each row is printed as it is measured: a run cut off by a time limit keeps the r
 
 ``--quick`` (on CUDA under 90 s, the budget of make gpu-check): batches 32 and 128, 128 new
 tokens, one timed run, and the adapter's rows alone (compiled first, so its figure comes first;
-then eager, timed without a warm-up of its own, for "agree"); no transformers rows.
+then eager, timed without a warm-up of its own, for "agree"); no transformers rows. On the CPU,
+``--quick`` runs every row at tiny sizes: batch 2, 8 new tokens, prompts of 8 to 16 tokens, once.
 """
 
 import argparse
@@ -121,7 +122,8 @@ def main() -> None:
     ckpt = checkpoint(args.device)
     tokenizer = tiny_tokenizer()
     ours = our_model(ckpt, device, dtype, tokenizer)
-    theirs = None if args.quick else transformers_model(ckpt, device, dtype, tokenizer)
+    adapter_alone = args.quick and cuda
+    theirs = None if adapter_alone else transformers_model(ckpt, device, dtype, tokenizer)
     print(f"device {torch.cuda.get_device_name() if cuda else 'cpu'}, model {ckpt.name} "
           f"({sum(p.numel() for p in ours.parameters()) / 1e6:.1f}M parameters), {dtype}, {max_new} new tokens, "
           f"prompts of 8 to {args.prompt_tokens} tokens, best of {args.repeats}\n")
@@ -131,7 +133,7 @@ def main() -> None:
         texts = prompts(tokenizer, b, args.prompt_tokens)
         eager, compiled = (adapter_generate(ours, tokenizer, device, texts, max_new, args, compile_decode=c)
                            for c in (False, True))
-        if args.quick:  # compiled first: the figure that matters; eager after it, for "agree", unwarmed
+        if adapter_alone:  # compiled first: the figure that matters; eager after it, for "agree", unwarmed
             compiled_seconds, compiled_out = timed(lambda: compiled([[]] * b), args.repeats, sync)
             seconds, generated = timed(lambda: eager([[]] * b), args.repeats, sync, warmup=False)
             row("adapter, compiled decode", b, b * max_new, compiled_seconds, agreement(generated, compiled_out))
@@ -167,10 +169,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--stop-check-every", type=int, default=None,
                         help="decode steps between reads of the new tokens (default: the adapter's, 8 on CUDA, 1 on CPU)")
     parser.add_argument("--quick", action="store_true",
-                        help="batches 32,128, --repeats 1, the adapter's rows alone (what it names explicitly wins)")
+                        help="CUDA: batches 32,128, --repeats 1, the adapter's rows alone; CPU: every row at tiny "
+                             "sizes (what it names explicitly wins)")
     args = parser.parse_args()
     if args.quick:  # the quick defaults, then the command line again: what it names explicitly wins
-        parser.set_defaults(batch_sizes="32,128", repeats=1)
+        parser.set_defaults(**(dict(batch_sizes="32,128", repeats=1) if args.device == "cuda" else
+                               dict(batch_sizes="2", max_new=8, prompt_tokens=16, repeats=1)))
         args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA GPU here")

@@ -70,6 +70,8 @@ MODELS = {  # name: (model type, builder arguments, training config, precompute 
 # after 3 of compile warm-up, and a corpus of about 5 precompute batches (2 of them warm-up).
 # Each `tune run` pays its start-up and compile again, so steps are the cheap part.
 QUICK = {"models": "qwen3_0_6b", "rows": 8, "steps": 7, "warmup": 3, "target-tokens": 300_000}
+# --quick --device cpu: the whole pipeline on the tiny model (a test runs it).
+QUICK_CPU = {"models": "tiny", "seq-len": 256, "rows": 8, "steps": 5, "warmup": 2, "target-tokens": 40_000}
 
 
 TRAIN_RUNS = {  # name: (the table's stage, overrides), in the order a round runs them
@@ -165,10 +167,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--peak-tflops", type=float, default=989.0)
     parser.add_argument("--out", type=Path, default=Path("/tmp/entrodrop_bench_gpu"))
     parser.add_argument("--quick", action="store_true",
-                        help=f"defaults for a check under 3 minutes: {' '.join(f'--{k} {v}' for k, v in QUICK.items())}")
+                        help=f"defaults for a check under 3 minutes: {' '.join(f'--{k} {v}' for k, v in QUICK.items())}"
+                             f"; with --device cpu {' '.join(f'--{k} {v}' for k, v in QUICK_CPU.items())}")
     args = parser.parse_args()
     if args.quick:  # the quick defaults, then the command line again: what it names explicitly wins
-        parser.set_defaults(**{k.replace("-", "_"): v for k, v in QUICK.items()})
+        quick = QUICK if args.device == "cuda" else QUICK_CPU
+        parser.set_defaults(**{k.replace("-", "_"): v for k, v in quick.items()})
         args = parser.parse_args()
     unknown = [m for m in args.models.split(",") if m not in MODELS]
     if unknown:

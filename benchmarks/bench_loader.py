@@ -1,6 +1,7 @@
 """Benchmark the training loader: tokens/s on one worker and resident memory. Prints a table.
 
     python benchmarks/bench_loader.py [--steps 400]
+    python benchmarks/bench_loader.py --quick   (stores of 100k and 1M tokens, 20 steps: a test runs it)
 
 Builds a target token store + entropy cache of 1M and of 100M tokens (sample lengths uniform
 in [32, 1024], random ids and entropies) and one 20M-token general store, then, each in a
@@ -29,7 +30,8 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
-SIZES = {"1M": 1_000_000, "100M": 100_000_000}
+SIZES = {"1M": 1_000_000, "100M": 100_000_000}  # target tokens of each cache; the general store has 20M
+QUICK_SIZES = {"100k": 100_000, "1M": 1_000_000}  # --quick, with a general store of 1M
 VOCAB = 2112
 
 
@@ -125,7 +127,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--worker", choices=["loader", "training"])
     parser.add_argument("--root", type=Path)
+    parser.add_argument("--quick", action="store_true", help="caches of 100k and 1M target tokens, 20 steps")
     args = parser.parse_args()
+    sizes, general_tokens = (QUICK_SIZES, 1_000_000) if args.quick else (SIZES, 20_000_000)
+    if args.quick:
+        args.steps = 20
     if args.worker == "loader":
         print(json.dumps(measure_loader(args.root, args.steps)))
         return
@@ -139,13 +145,15 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         rows = {}
-        for name, size in SIZES.items():
+        for name, size in sizes.items():
             root = Path(tmp) / name
             start = time.perf_counter()
-            build_stores(root, size, 20_000_000, seed=1)
-            print(f"built the {name}-token stores in {time.perf_counter() - start:.0f}s", file=sys.stderr)
+            build_stores(root, size, general_tokens, seed=1)
+            print(f"built the {name}-token stores in {time.perf_counter() - start:.0f}s; the loader on them",
+                  flush=True)
             rows[name] = run("loader", root)
-        training = run("training", Path(tmp) / "1M")
+        print("the demo model's training on the first", flush=True)
+        training = run("training", Path(tmp) / next(iter(sizes)))
 
     print(f"\nloader, one worker, global batch 8 x 1024, target ratio 0.6, {args.steps} steps; "
           f"training: the demo Qwen3 (4 x 256 wide), 8 x 256, fwd+bwd+AdamW = {training['tokens_per_s']:.0f} tokens/s\n")
@@ -158,8 +166,8 @@ def main() -> None:
               f"| {r['peak_rss_mib']:>12.0f} | {r['anon_mib']:>8.0f} | {r['file_mib']:>10.0f} |")
     print("\ncheck s: the target token store's integrity check (every id read back and hashed, page cache warm);"
           "\nstart-up s: build_loader, which runs it, opens the stores and checks the entropy join")
-    growth = rows["100M"]["peak_rss_mib"] - rows["1M"]["peak_rss_mib"]
-    print(f"\npeak RSS growth from 1M to 100M tokens: {growth:.0f} MiB")
+    (small, first), (large, last) = list(rows.items())
+    print(f"\npeak RSS growth from {small} to {large} tokens: {last['peak_rss_mib'] - first['peak_rss_mib']:.0f} MiB")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
     python benchmarks/bench_reproduce.py                       (4 settings x 2 seeds, warm starts)
     python benchmarks/bench_reproduce.py --cold                (each run a fresh `tune run`)
-    python benchmarks/bench_reproduce.py --quick               (2 runs of 20 steps: the pipeline, in a minute)
+    python benchmarks/bench_reproduce.py --quick               (2 runs of 20 steps on a base of its own: a test runs it)
     python benchmarks/bench_reproduce.py --settings baseline,entrodrop --seeds 3 --device cpu
 
 It trains the runs `make reproduce` (``entrodrop.experiments.reproduce``) would for ``--settings`` and seeds 0 to ``--seeds`` - 1
@@ -12,6 +12,9 @@ it) on the demo's base (made first if missing, as `make reproduce` does), as man
 wall time and the runs per hour. A figure of it belongs in docs/performance.md with its date and
 the machine's load: two runs side by side on this VM moved by up to 15% from one hour to the next,
 so compare two settings one after the other, and again in the other order.
+
+``--quick`` needs no demo: the runs start from a random-weight base of the demo's shape and train
+on the tiny corpora's stores with that base's entropies, all made in the temporary folder.
 """
 
 import argparse
@@ -24,6 +27,23 @@ from entrodrop.experiments import demo, reproduce
 from entrodrop.run_queue import run_jobs
 
 STEP_TOKENS = 8 * 256  # configs/demo/cpt_*.yaml: global_batch_size x seq_len
+
+
+def quick_base_and_data(root: Path, device: str) -> tuple:
+    """A random-weight base of the demo's shape, the tiny corpora's token stores and that base's
+    entropies, under ``root``: the base's folder and the overrides that point a run at the data."""
+    print("a base and data of its own: a random-weight model of the demo's shape, the tiny corpora", flush=True)
+    demo.init_base(demo.CONFIGS, "cpu", root / "base")
+    demo.tune("recipes/tokenize_corpus.py", "--config", "configs/tiny/qwen3_tokenize.yaml",
+              *(f"corpora.{corpus}.store_dir={root}/{corpus}" for corpus in ("target", "general", "target_val")))
+    for corpus in ("target", "target_val"):
+        demo.tune("recipes/precompute_entropy.py", "--config", f"{demo.CONFIGS}/precompute_entropy.yaml",
+                  f"checkpointer.checkpoint_dir={root}/base", f"target_tokens={root}/{corpus}",
+                  f"cache_dir={root}/entropy_{corpus}", *([f"device={device}"] if device != "cpu" else []))
+    return str(root / "base"), [
+        f"data.target_tokens={root}/target", f"data.target_entropy={root}/entropy_target",
+        f"data.general_tokens={root}/general", f"evaluation.validation.target_tokens={root}/target_val",
+        f"evaluation.validation.target_entropy={root}/entropy_target_val"]
 
 
 def main() -> None:
@@ -43,14 +63,19 @@ def main() -> None:
     if unknown or "baseline" not in settings:
         raise SystemExit(f"--settings {args.settings}: {sorted(unknown) or 'baseline missing'}; choose among "
                          f"{', '.join(reproduce.SETTINGS)}, baseline included (the others read its midpoint)")
-    print("the demo's base (made if missing):", flush=True)
-    demo.run_stages(demo.data_and_base_stages(*([f"device={args.device}"] if args.device != "cpu" else [])),
-                    demo.OUT, resume=True)
     with tempfile.TemporaryDirectory(prefix="bench_reproduce.") as out:
-        reproduce.OUT = Path(out)  # reproduce.jobs and its midpoint read this folder
+        base, data = None, []
+        if args.quick:
+            base, data = quick_base_and_data(Path(out) / "data", args.device)
+        else:
+            print("the demo's base (made if missing):", flush=True)
+            demo.run_stages(demo.data_and_base_stages(*([f"device={args.device}"] if args.device != "cpu" else [])),
+                            demo.OUT, resume=True)
+        reproduce.OUT = Path(out) / "runs"  # reproduce.jobs and its midpoint read this folder
         steps = [f"total_tokens={args.steps * STEP_TOKENS}"] if args.steps else []
-        jobs = [job for job in reproduce.jobs(range(args.seeds), args.device, *steps)
+        jobs = [job for job in reproduce.jobs(range(args.seeds), args.device, *steps, *data, base=base)
                 if job.name.rsplit("_seed", 1)[0] in settings]
+        print(f"{len(jobs)} runs:", flush=True)
         parallel = reproduce.parallel_on(args.device)
         warm = not args.cold and args.device == "cpu"
         start = time.perf_counter()

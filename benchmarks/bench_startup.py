@@ -1,6 +1,7 @@
 """How long the tiny training config takes from `tune run` to its first step. Prints a table.
 
     python benchmarks/bench_startup.py [--repeats 3] [--repo /tmp/old32 --repo .]
+    python benchmarks/bench_startup.py --quick   (one run, no warm-up run: a test runs it)
 
 Each run is the real `tune run recipes/entrodrop_single_device.py` on
 configs/tiny/qwen3_entrodrop_single_device.yaml, whose lm-eval task (humaneval_likelihood) is
@@ -98,7 +99,10 @@ def main() -> None:
     parser.add_argument("--data", type=Path, help="where the token stores and caches are built (default: a temporary "
                         "directory)")
     parser.add_argument("--cold", action="store_true", help="clear lm-eval's index cache before every run")
+    parser.add_argument("--quick", action="store_true", help="one run of this checkout, without the warm-up run")
     args = parser.parse_args()
+    if args.quick:
+        args.repeats = 1
     repos = [r.resolve() for r in args.repo or [REPO]]
     with tempfile.TemporaryDirectory() as tmp:
         overrides = build_data(args.data or Path(tmp) / "data")
@@ -107,10 +111,12 @@ def main() -> None:
         rows = []
         for repo in repos:
             # One warm-up run: the first start after a change compiles .pyc files and fills caches.
-            if not args.cold:
+            if not args.cold and not args.quick:
+                print(f"{repo}: a warm-up run", flush=True)
                 first_step_seconds(repo, overrides, Path(tmp) / f"warm-{len(rows)}")
             seconds = []
             for k in range(args.repeats):
+                print(f"{repo}: run {k + 1}/{args.repeats}", flush=True)
                 if args.cold:
                     clear_index_cache()
                 seconds.append(first_step_seconds(repo, overrides, Path(tmp) / f"run-{len(rows)}-{k}"))

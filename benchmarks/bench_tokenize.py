@@ -1,6 +1,7 @@
 """Benchmark recipes/tokenize_corpus.py on a streamed general corpus: tokens/s and peak memory. Prints a table.
 
     python benchmarks/bench_tokenize.py [--gigabytes 1.0] [--out outputs/bench_tokenize]
+    python benchmarks/bench_tokenize.py --quick   (a 2 MB corpus: a test runs it)
 
 Builds, once, a JSON-lines corpus of ``--gigabytes`` in Infinity-Instruct's shape (``{"conversations":
 [{"from": "human", "value": ...}, {"from": "gpt", "value": ...}, ...]}``) from the standard
@@ -107,7 +108,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gigabytes", type=float, default=1.0, help="corpus size, GB (1e9 bytes)")
     parser.add_argument("--out", type=Path, default=REPO / "outputs" / "bench_tokenize")
+    parser.add_argument("--quick", action="store_true", help="a corpus of 0.002 GB (2 MB)")
     args = parser.parse_args()
+    if args.quick:
+        args.gigabytes = 0.002
     if not (TINY / ".built").exists():
         parser.error(f"{TINY} is missing: run `make assets` first (the tokenizer comes from it)")
     out, started = args.out.resolve(), time.perf_counter()

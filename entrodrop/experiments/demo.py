@@ -55,6 +55,7 @@ import sysconfig
 import time
 from functools import partial
 from pathlib import Path
+from typing import Optional
 
 from entrodrop.analysis.multi_seed import regime_table, run_figures, setting_figures, settings_table, verdict_lines
 from entrodrop.analysis.report import propose_midpoint, read_run, write_entropy_sample, write_report
@@ -277,9 +278,9 @@ def base(out: Path = OUT) -> str:
     return str(latest_checkpoint(out / "pretrain" / "checkpoints"))
 
 
-def init_base(configs: str, device: str) -> None:
+def init_base(configs: str, device: str, checkpoint_dir: Optional[Path] = None) -> None:
     """The random-weight base model, of the shape ``configs``/pretrain.yaml names, into the
-    checkpoint directory it reads."""
+    checkpoint directory it reads (or ``checkpoint_dir``)."""
     import torch
     from omegaconf import OmegaConf
 
@@ -287,8 +288,8 @@ def init_base(configs: str, device: str) -> None:
 
     cfg = OmegaConf.load(REPO / configs / "pretrain.yaml")
     args = {k: v for k, v in OmegaConf.to_container(cfg.model).items() if k != "_component_"}
-    write_random_checkpoint(REPO / cfg.checkpointer.checkpoint_dir, "QWEN3", args, REPO / "assets/tiny/tokenizer",
-                            device=device, dtype=torch.float32, seed=2)
+    write_random_checkpoint(checkpoint_dir or REPO / cfg.checkpointer.checkpoint_dir, "QWEN3", args,
+                            REPO / "assets/tiny/tokenizer", device=device, dtype=torch.float32, seed=2)
 
 
 def run_group(out: Path, configs: str, runs: list, *extra: str, threads: int = 0, base_out: Path = None,
@@ -302,7 +303,7 @@ def run_group(out: Path, configs: str, runs: list, *extra: str, threads: int = 0
     if any("{midpoint}" in o for _, _, overrides in runs for o in overrides):
         midpoint, line = choose_midpoint(read_run(out / baseline))
         print(f"    {line}")
-    jobs = [Job(name, partial(run_command, configs, config, out / name, base_out or out,
+    jobs = [Job(name, partial(run_command, configs, config, out / name, base(base_out or out),
                               [*extra, *(o.format(midpoint=midpoint) for o in overrides)]), [out / name])
             for name, config, overrides in runs]
     done = out / ".runs"
@@ -311,10 +312,10 @@ def run_group(out: Path, configs: str, runs: list, *extra: str, threads: int = 0
     run_jobs(jobs, len(jobs), out / "logs", done, run_env(threads), REPO, on_done=lambda job: print_figures(out, job.name))
 
 
-def run_command(configs: str, config: str, out: Path, base_out: Path, overrides: list) -> list:
-    """The `tune run` of one continual pre-training run from the base in ``base_out``, into ``out``."""
+def run_command(configs: str, config: str, out: Path, checkpoint: str, overrides: list) -> list:
+    """The `tune run` of one continual pre-training run from the base model in ``checkpoint``, into ``out``."""
     return [TUNE, "run", "recipes/entrodrop_single_device.py", "--config", f"{configs}/{config}.yaml",
-            f"checkpointer.checkpoint_dir={base(base_out)}",
+            f"checkpointer.checkpoint_dir={checkpoint}",
             f"output_dir={out.relative_to(REPO) if out.is_relative_to(REPO) else out}", *overrides]
 
 

@@ -30,6 +30,7 @@ lists every setting tried.
 
 import os
 from functools import lru_cache, partial
+from typing import Optional
 
 from entrodrop.analysis.multi_seed import CLAIM_HEADER, claim_row, draw_seed_bands, setting_figures
 from entrodrop.analysis.report import markdown_table, read_run
@@ -146,15 +147,17 @@ def runs(seeds: range) -> list:
     return plain + dropout
 
 
-def jobs(seeds: range, device: str, *extra: str) -> list:
+def jobs(seeds: range, device: str, *extra: str, base: Optional[str] = None) -> list:
     """``runs`` as ``entrodrop.run_queue`` jobs, on ``device`` (``extra`` overrides go to every
-    run); a run that reads the midpoint waits for the seed-0 baseline."""
+    run), from the base model in ``base`` (default: the demo's pre-trained one); a run that reads
+    the midpoint waits for the seed-0 baseline."""
     first = run_name("baseline", 0)
     extra = ([f"device={device}"] if device != "cpu" else []) + list(extra)
 
     def argv(config: str, overrides: list, name: str) -> list:
         values = midpoints() if reads_midpoint(overrides) else {}
-        return demo.run_command(demo.CONFIGS, config, OUT / name, demo.OUT, [*extra, *(o.format(**values) for o in overrides)])
+        return demo.run_command(demo.CONFIGS, config, OUT / name, base or demo.base(),
+                                [*extra, *(o.format(**values) for o in overrides)])
 
     return [Job(name, partial(argv, config, overrides, name), [OUT / name], (first,) if reads_midpoint(overrides) else ())
             for name, config, overrides in runs(seeds)]

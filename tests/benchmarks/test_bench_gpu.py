@@ -20,8 +20,7 @@ BENCH = [sys.executable, str(REPO / "benchmarks" / "bench_gpu.py")]
 
 
 def test_the_gpu_benchmark_runs_its_whole_pipeline_on_cpu(tiny_assets, tmp_path):
-    result = subprocess.run([*BENCH, "--device", "cpu", "--models", "tiny", "--steps", "5", "--warmup", "2",
-                             "--seq-len", "256", "--rows", "8", "--target-tokens", "40000", "--out", str(tmp_path)],
+    result = subprocess.run([*BENCH, "--device", "cpu", "--quick", "--out", str(tmp_path)],  # the tiny model
                             cwd=REPO, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = {line.split(" | ")[1]: line.split(" | ") for line in result.stdout.splitlines() if line.startswith("| tiny")}
@@ -72,8 +71,7 @@ def test_the_benchmark_reads_the_precomputes_steady_state_apart_from_its_warm_up
 def test_the_generation_benchmark_runs_on_cpu(tiny_assets):
     """Tiny sizes: every row of the table, the compiled adapter and transformers agreeing with
     the eager adapter on every row (fp32)."""
-    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_generate.py"), "--batch-sizes", "2",
-                             "--max-new", "8", "--repeats", "1", "--prompt-tokens", "16"],
+    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_generate.py"), "--quick"],  # CPU: tiny sizes
                             cwd=REPO, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = {cells[0]: cells for cells in (line.strip("| ").split(" | ") for line in result.stdout.splitlines()

@@ -1,4 +1,4 @@
-"""benchmarks/bench_tokenize.py's pipeline at a tiny size: it builds its sharegpt corpus and first
+"""benchmarks/bench_tokenize.py's quick mode, its pipeline at a tiny size: it builds its sharegpt corpus and first
 tenth, tokenizes them streamed through `tune run` with one process and two, and prints every
 row of its table. The 1 GB figures come from running the script itself."""
 
@@ -12,7 +12,7 @@ pytestmark = pytest.mark.recipe  # starts tune run / torchrun / a script in a su
 
 
 def test_the_tokenize_benchmark_runs_its_whole_pipeline(tiny_assets, tmp_path):
-    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_tokenize.py"), "--gigabytes", "0.002",
+    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_tokenize.py"), "--quick",  # 0.002 GB
                              "--out", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [[cell.strip() for cell in line.strip("|").split("|")]
