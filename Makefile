@@ -38,7 +38,7 @@ test: $(ASSETS)
 	$(PY) -m pytest
 
 # The unit tier: everything but the tests that start `tune run`, torchrun, a script or two
-# processes, and the GPU tests; less the tests marked `slow` (over 8 s each; `make test` runs them).
+# processes, and the GPU tests; less the tests marked `slow` (2.5 s or more each; `make test` runs them).
 test-fast: $(ASSETS)
 	$(PY) -m pytest -m "not recipe and not gpu and not slow"
 

@@ -6,6 +6,7 @@ import json
 from typing import Optional
 
 import numpy as np
+import pytest
 import torch
 from conftest import REPO, columns_of, fake_run, run_script_main
 
@@ -70,6 +71,7 @@ def test_the_demo_takes_the_reports_proposal_and_says_when_it_falls_back(tmp_pat
     assert "FALLBACK" in line and "no turn-up was seen" in line
 
 
+@pytest.mark.slow
 def test_figure_1b_plots_the_target_score_against_the_loss_only_for_a_target_group(tmp_path):
     runs = [read_run(fake_run(tmp_path, "baseline", [2.0, 1.6, 1.7]))]
     with_group = write_report(runs, tmp_path / "with", "code")
@@ -115,6 +117,7 @@ def test_figure_5c_shows_a_held_out_sample_with_the_gates_choice(data, tmp_path,
     assert status != 0 and f"sample index {len(tokens)}: " in err and f"samples 0 to {len(tokens) - 1}" in err
 
 
+@pytest.mark.slow
 def test_the_report_marks_the_j0_that_auto_chose_next_to_the_baselines_proposal(tmp_path):
     baseline = fake_run(tmp_path, "baseline", [2.0, 1.6, 1.5, 1.55, 1.7])
     configured = fake_run(tmp_path, "entrodrop", [2.0, 1.6, 1.45, 1.5, 1.6])
@@ -176,6 +179,7 @@ def test_evaluations_without_a_target_epoch_are_left_off_the_epoch_plots_with_a_
         assert (tmp_path / "report" / name).read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.slow
 def test_the_table_shows_the_documents_per_task_and_never_ranks_scores_of_other_documents(tmp_path):
     """An offline score of every document beside an in-training score of 16 per task looks like
     two results of one model. Each row says how many documents its average covers, and a run
@@ -201,6 +205,7 @@ def test_the_table_shows_the_documents_per_task_and_never_ranks_scores_of_other_
 
 
 
+@pytest.mark.slow
 def test_the_table_marks_each_runs_signal_and_a_loss_run_gets_the_agreement_plot(tmp_path):
     """``signal: loss`` runs log how far their gate has moved from the entropy gate at each
     evaluation; the report plots it against target epoch, and every table says which signal

@@ -134,6 +134,7 @@ def test_every_canonical_humaneval_solution_passes_in_the_sandbox(configure_code
     assert verdicts == [code_tasks.PASS] * 164
 
 
+@pytest.mark.slow
 def test_the_configs_sandbox_keys_reach_the_code_tasks(configure_code_tasks):
     """evaluation.lm_eval.sandbox as a run hands it to lm-eval's code tasks: its time limit cuts a
     HumanEval program that takes 2 s once, which the task's own 5 s (timeout_s: null) lets pass;

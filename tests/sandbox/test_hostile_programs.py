@@ -217,6 +217,7 @@ print(written, made)
     assert written <= 4 << 20 and made <= 300
 
 
+@pytest.mark.slow
 def test_a_tree_left_behind_is_cleaned_up(sandbox):
     """13,779 nested directories, deeper than a recursive clean-up (``shutil.rmtree``) goes, which
     would leave 86 MB in /tmp (Landlock checks each path up to its rule, so the own layer makes
@@ -270,6 +271,7 @@ def test_every_process_dies_with_a_killed_harness(sandbox):
     assert good_passes(run(GOOD, limits))  # and the evaluation goes on
 
 
+@pytest.mark.slow
 def test_a_stopped_harness_fails_its_sample_and_the_evaluation_goes_on():
     limits = Limits(timeout_s=0.5, startup_s=1.0)
     harness = Harness(sandbox_in_use("auto"))

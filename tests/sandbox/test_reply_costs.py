@@ -139,6 +139,7 @@ def test_nested_sets_of_one_hash_cost_a_functional_answer_nothing(sandbox):
     assert not passed(result, [encode({1}), encode({2})], same_value)
 
 
+@pytest.mark.slow
 def test_a_harness_stuck_past_its_tests_deadline_is_killed_at_it(sandbox):
     """An assertion job's values are built in the harness, for its tests: one whose building
     cannot be interrupted (C code: nested sets of one hash) is killed ``MARGIN_S`` after its

@@ -7,11 +7,13 @@ import os
 import sys
 import tarfile
 
+import pytest
 from conftest import _load_script
 
 PY = sys.executable
 
 
+@pytest.mark.slow
 def test_a_stage_that_fails_or_runs_out_of_time_is_a_row_and_the_rest_still_runs(tmp_path):
     check = _load_script("gpu_check")
     child_pid = tmp_path / "child.pid"

@@ -199,6 +199,7 @@ def test_lm_evals_likelihood_tasks_keep_their_names_beside_ours(shipped_tasks):
     assert {"hellaswag", "arc_challenge", "piqa", "mmlu", "hellaswag_gen", "mmlu_gen"} <= set(shipped_tasks.all_tasks)
 
 
+@pytest.mark.slow
 def test_hellaswag_gen(task_manager, monkeypatch):
     results, prompts = run("hellaswag_gen_local", task_manager, monkeypatch)
     assert results["hellaswag_gen_local"]["acc,none"] == 0.5

@@ -311,6 +311,7 @@ def test_livecodebench_prompt_extraction_and_test_decoding():
     assert decode_tests(stdin["public_test_cases"])[0]["output"] == "3\n"
 
 
+@pytest.mark.slow
 def test_livecodebench_runner_passes_right_code_and_fails_wrong_slow_or_crashing_code():
     stdin = [{"input": "2 3\n", "output": "5\n", "testtype": "stdin"},
              {"input": "0.5 0.25\n", "output": "0.750\n", "testtype": "stdin"}]

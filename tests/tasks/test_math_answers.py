@@ -142,6 +142,7 @@ def slowed(monkeypatch, spend):
     monkeypatch.setattr(math_verify.parser, "extract_target_from_pred", slow_parse)
 
 
+@pytest.mark.slow
 def test_a_parse_slowed_in_wall_time_still_finds_a_correct_answer(monkeypatch):
     # A busy machine (or a stopped process) takes wall time, not this process's CPU time.
     slowed(monkeypatch, lambda: time.sleep(1.5))

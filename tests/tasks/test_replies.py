@@ -34,6 +34,7 @@ def test_the_set_covers_every_benchmark_with_both_verdicts(cases):
     assert len({(c["benchmark"], c["kind"]) for c in cases}) == len(cases)  # each kind once a benchmark
 
 
+@pytest.mark.slow
 def test_the_project_agrees_with_the_person(cases, monkeypatch):
     monkeypatch.setenv("HF_ALLOW_CODE_EVAL", "1")
     verdicts = project_verdicts(cases)
