@@ -1,8 +1,6 @@
 """The main job, offline: EntroDrop against plain multi-epoch continual pre-training.
 
-    python scripts/demo.py            (what `make demo` runs)
-    DEVICE=cpu python scripts/demo.py (the CPU version on any machine)
-    RESUME=1 python scripts/demo.py   (continue: skip the stages a killed demo finished)
+`make demo` runs it (scripts/demo.py, whose docstring lists DEVICE and RESUME).
 
 Where torch sees a CUDA GPU it runs the GPU version (``GPU_STAGES`` below): a Qwen3-shaped model
 of 77M parameters pre-trained for a few minutes on the standard library's and this environment's

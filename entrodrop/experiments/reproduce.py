@@ -1,9 +1,6 @@
 """Tables 3 and 4 of the paper at CPU scale, every setting with several seeds: `make reproduce`.
 
-    python scripts/reproduce.py            (what `make reproduce` runs: DEFAULT_SEEDS seeds a setting)
-    SEEDS=10 python scripts/reproduce.py   (seeds 0 to 9 of every setting)
-    RESUME=1 python scripts/reproduce.py   (continue: skip the runs and stages a stopped call finished)
-    DEVICE=cpu python scripts/reproduce.py (the CPU where torch sees a GPU)
+`make reproduce` runs it (scripts/reproduce.py, whose docstring lists SEEDS, RESUME and DEVICE).
 
 It builds on the CPU demo's base (scripts/demo.py): the corpora, token stores, pre-trained base
 model and entropies in outputs/demo, made if missing and reused where `make demo` left them. Then
