@@ -25,12 +25,12 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 from torchtune.modules import TransformerDecoder
 
+from entrodrop.data.packing import IGNORE_INDEX
 from entrodrop.errors import ConfigError, MissingPackageError
 from entrodrop.models.head import hidden_states, output_weight, projection_weight
 
 IMPLS = ("torch", "liger")
 REDUCTIONS = ("mean", "sum")
-IGNORE_INDEX = -100
 # Evaluation (entrodrop.eval.evaluator, entrodrop.eval.adapter) still reads logits from the
 # model's forward. With the fused loss the model returns them in this many chunks along the
 # sequence, bf16 under a bf16 model, as torchtune's chunked loss configs had them: a full

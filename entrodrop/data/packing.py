@@ -19,13 +19,10 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
-from torchtune.data import CROSS_ENTROPY_IGNORE_IDX
-from torchtune.modules.attention_utils import (
-    _SUPPORTS_FLEX_ATTENTION,
-    packed_block_causal_mask,
-)
 
-IGNORE_INDEX = CROSS_ENTROPY_IGNORE_IDX  # what torchtune's losses ignore
+# The label torchtune's losses ignore (torchtune.data.CROSS_ENTROPY_IGNORE_IDX, and PyTorch's
+# cross_entropy's default), written here so that reading data imports no torchtune.
+IGNORE_INDEX = -100
 
 
 TARGET, GENERAL, PADDING = 1, 0, -1
@@ -49,8 +46,12 @@ def block_causal_mask(document_ids: torch.Tensor):
                 [1, 1, 0],
                 [0, 0, 1]], dtype=torch.int32)
     """
-    if _SUPPORTS_FLEX_ATTENTION and document_ids.is_cuda:
-        return packed_block_causal_mask([torch.unique_consecutive(row, return_counts=True)[1] for row in document_ids])
+    if document_ids.is_cuda:
+        from torchtune.modules.attention_utils import _SUPPORTS_FLEX_ATTENTION, packed_block_causal_mask
+
+        if _SUPPORTS_FLEX_ATTENTION:
+            return packed_block_causal_mask([torch.unique_consecutive(row, return_counts=True)[1]
+                                             for row in document_ids])
     s = document_ids.shape[-1]
     causal = torch.ones(s, s, dtype=torch.bool, device=document_ids.device).tril()
     return (document_ids.unsqueeze(2) == document_ids.unsqueeze(1)) & causal

@@ -23,3 +23,18 @@ def test_pack_samples_places_every_sample_once_within_the_pack_length():
 def test_pack_samples_refuses_a_sample_longer_than_the_pack_length():
     with pytest.raises(ValueError, match=r"sample 2 has 9 tokens, more than the pack length 8 \(2 sample"):
         pack_samples([8, 3, 9, 0, 12], pack_len=8)
+
+
+@pytest.mark.slow  # a fresh process importing torch: 3 s or more
+def test_the_ignored_label_is_torchtunes_and_reading_data_imports_no_torchtune():
+    import subprocess
+    import sys
+
+    from torchtune.data import CROSS_ENTROPY_IGNORE_IDX
+
+    from entrodrop.data.packing import IGNORE_INDEX
+
+    assert IGNORE_INDEX == CROSS_ENTROPY_IGNORE_IDX
+    # The loader, and the report that reads runs, start without torchtune's 4 s or more of imports.
+    code = "import sys, entrodrop.data.loader, entrodrop.analysis.report; print('torchtune' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
