@@ -11,8 +11,8 @@ floor is `python -c "import torchtune"`, which `tune` pays before it reads the c
 
 ``--repo`` runs the recipe of another checkout (a `git worktree` of an older commit, sharing
 this environment and ``assets/``), so a change is timed beside the code before it; the token
-stores and entropy caches are built once, by this checkout, in a temporary directory (or
-``--data``). The first run of a checkout fills lm-eval's index cache
+stores and entropy caches are built once, by this checkout (``entrodrop.experiments.tiny_data``),
+in a temporary directory (or ``--data``, kept for the next time). The first run of a checkout fills lm-eval's index cache
 (``entrodrop.eval.task_checks``); ``--cold`` clears it before every run. The load average is
 printed with the table: the machine is shared, and a busy one is slower.
 """
@@ -27,28 +27,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from entrodrop.experiments.tiny_data import tiny_data
+
 REPO = Path(__file__).resolve().parent.parent
 TUNE = Path(sys.executable).with_name("tune")
 CONFIG = "configs/tiny/qwen3_entrodrop_single_device.yaml"
 TRAIN = ["run", "recipes/entrodrop_single_device.py", "--config", CONFIG]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
-
-
-def build_data(root: Path) -> list:
-    """Token stores and entropy caches of the tiny corpora under ``root``, as tests/conftest.py builds
-    them; the overrides that point the training config at them."""
-    if not (root / "entropy_val" / "manifest.json").exists():
-        steps = [["recipes/tokenize_corpus.py", "--config", "configs/tiny/qwen3_tokenize.yaml",
-                  f"corpora.target.store_dir={root}/target", f"corpora.general.store_dir={root}/general",
-                  f"corpora.target_val.store_dir={root}/target_val"]]
-        steps += [["recipes/precompute_entropy.py", "--config", "configs/tiny/qwen3_precompute_entropy.yaml",
-                   f"target_tokens={root}/{corpus}", f"cache_dir={root}/{cache}"]
-                  for corpus, cache in [("target", "entropy"), ("target_val", "entropy_val")]]
-        for step in steps:
-            subprocess.run([str(TUNE), "run", *step], cwd=REPO, env=ENV, check=True, capture_output=True)
-    return [f"data.target_tokens={root}/target", f"data.target_entropy={root}/entropy",
-            f"data.general_tokens={root}/general", f"evaluation.validation.target_tokens={root}/target_val",
-            f"evaluation.validation.target_entropy={root}/entropy_val"]
 
 
 def first_step_seconds(repo: Path, overrides: list, output_dir: Path, timeout: float = 300) -> float:
@@ -105,7 +90,7 @@ def main() -> None:
         args.repeats = 1
     repos = [r.resolve() for r in args.repo or [REPO]]
     with tempfile.TemporaryDirectory() as tmp:
-        overrides = build_data(args.data or Path(tmp) / "data")
+        overrides = tiny_data(args.data or Path(tmp) / "data")
         floor = statistics.median(import_seconds() for _ in range(args.repeats))
         load_before = os.getloadavg()
         rows = []

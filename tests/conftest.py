@@ -40,6 +40,8 @@ from entrodrop.sandbox.code_runner import Harness, Limits, Run, passed, same_std
 REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "assets" / "tiny"
 TUNE = str(Path(sys.executable).parent / "tune")
+# Caches (lm-eval's task index, datasets') of the recipes tests start go under outputs/, not the user's ~/.cache.
+CACHES = {"XDG_CACHE_HOME": str(REPO / "outputs" / "test_cache")}
 GPU_TESTS_ON_CPU = os.environ.get("GPU_TESTS_ON_CPU") == "1"
 
 
@@ -74,7 +76,7 @@ def running(pid: int) -> bool:
 def pytest_collection_modifyitems(config, items):
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
-        if "tune_run" in fixtures:
+        if "tune_run" in fixtures or "data" in fixtures:  # data: made by `tune run`s
             item.add_marker(pytest.mark.recipe)
         if "shipped_tasks" in fixtures:  # lm-eval's whole index: 10 s or more for the first test that asks
             item.add_marker(pytest.mark.slow)
@@ -282,6 +284,12 @@ def tiny_assets(make_tiny_assets) -> Path:
     return TINY
 
 
+def shared_tmp(tmp_path_factory) -> Path:
+    """This test run's temporary folder that its pytest-xdist workers share (each one's own is inside it)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if "PYTEST_XDIST_WORKER" in os.environ else base
+
+
 @pytest.fixture(scope="session")
 def shipped_tasks(tmp_path_factory):
     """lm-eval's ``TaskManager`` over its tasks and ``entrodrop/tasks``, as a run's index holds them.
@@ -296,7 +304,7 @@ def shipped_tasks(tmp_path_factory):
 
     if "PYTEST_XDIST_WORKER" not in os.environ:  # one process: nothing to share, and no folder of this run alone
         return TaskManager(include_path=str(REPO / "entrodrop" / "tasks"))
-    shared = tmp_path_factory.getbasetemp().parent / "shipped_tasks.pickle"  # the workers' common folder
+    shared = shared_tmp(tmp_path_factory) / "shipped_tasks.pickle"
     with open(f"{shared}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         if shared.exists():
@@ -314,8 +322,7 @@ def tune_run() -> Callable[..., subprocess.CompletedProcess]:
 
     def run(*args: str, nproc: int = 1, timeout: float = 600) -> subprocess.CompletedProcess:
         launcher = ["--nproc_per_node", str(nproc)] if nproc > 1 else []
-        # Caches (lm-eval's task index, datasets') go under outputs/, not the user's ~/.cache.
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "XDG_CACHE_HOME": str(REPO / "outputs" / "test_cache")}
+        env = {**os.environ, "OMP_NUM_THREADS": "1", **CACHES}
         return subprocess.run([TUNE, "run", *launcher, *args], cwd=REPO, env=env,
                               capture_output=True, text=True, timeout=timeout)
 
@@ -323,18 +330,11 @@ def tune_run() -> Callable[..., subprocess.CompletedProcess]:
 
 
 @pytest.fixture(scope="session")
-def data(tiny_assets, tune_run, tmp_path_factory):
+def data(tiny_assets, tmp_path_factory):
     """Token stores and entropy caches of the tiny corpora, as `make demo` builds them: the
-    overrides that point a tiny training config at them."""
-    root = tmp_path_factory.mktemp("data")
-    result = tune_run("recipes/tokenize_corpus.py", "--config", "configs/tiny/qwen3_tokenize.yaml",
-                      f"corpora.target.store_dir={root}/target", f"corpora.general.store_dir={root}/general",
-                      f"corpora.target_val.store_dir={root}/target_val")
-    assert result.returncode == 0, result.stderr[-3000:]
-    for corpus, cache in [("target", "entropy"), ("target_val", "entropy_val")]:
-        result = tune_run("recipes/precompute_entropy.py", "--config", "configs/tiny/qwen3_precompute_entropy.yaml",
-                          f"target_tokens={root}/{corpus}", f"cache_dir={root}/{cache}")
-        assert result.returncode == 0, result.stderr[-3000:]
-    return [f"data.target_tokens={root}/target", f"data.target_entropy={root}/entropy",
-            f"data.general_tokens={root}/general", f"evaluation.validation.target_tokens={root}/target_val",
-            f"evaluation.validation.target_entropy={root}/entropy_val"]
+    overrides that point a tiny training config at them. Made once for all the test workers, in
+    the run's common temporary folder (``entrodrop.experiments.tiny_data``); tests copy what they
+    change."""
+    from entrodrop.experiments.tiny_data import tiny_data
+
+    return tiny_data(shared_tmp(tmp_path_factory) / "data", env=CACHES)

@@ -32,16 +32,17 @@ def cache_files(cache_dir: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def target_tokens(tiny_assets, tune_run, tmp_path_factory) -> dict:
-    """Token stores of the tiny target corpus cut to 256 tokens (the configs') and to 128."""
+def target_tokens(data, tune_run, tmp_path_factory) -> dict:
+    """Token stores of the tiny target corpus cut to 256 tokens (the configs': the shared ``data``'s) and to 128."""
     root = tmp_path_factory.mktemp("tokens")
-    for max_seq_len in (256, 128):
-        d = root / str(max_seq_len)
-        result = tune_run("recipes/tokenize_corpus.py", "--config", "configs/tiny/qwen3_tokenize.yaml",
-                          f"max_seq_len={max_seq_len}", f"corpora.target.store_dir={d}/target",
-                          f"corpora.general.store_dir={d}/general", f"corpora.target_val.store_dir={d}/target_val")
-        assert result.returncode == 0, result.stderr[-3000:]
-    return {256: f"target_tokens={root}/256/target", 128: f"target_tokens={root}/128/target"}
+    result = tune_run("recipes/tokenize_corpus.py", "--config", "configs/tiny/qwen3_tokenize.yaml", "max_seq_len=128",
+                      *(f"corpora.{corpus}.store_dir={root}/{corpus}" for corpus in ("target", "general", "target_val")))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return {256: f"target_tokens={overrides(data)['data.target_tokens']}", 128: f"target_tokens={root}/target"}
+
+
+def overrides(data: list) -> dict:
+    return dict(override.split("=", 1) for override in data)
 
 
 def precompute(tune_run, cache_dir: Path, *overrides: str, nproc: int = 1):
@@ -51,10 +52,9 @@ def precompute(tune_run, cache_dir: Path, *overrides: str, nproc: int = 1):
 
 
 @pytest.fixture(scope="module")
-def reference_cache(target_tokens, tune_run, tmp_path_factory) -> Path:
-    cache_dir = tmp_path_factory.mktemp("cache") / "one"
-    precompute(tune_run, cache_dir, target_tokens[256])
-    return cache_dir
+def reference_cache(data) -> Path:
+    """The precompute config's cache of the 256-token store, as the shared ``data`` holds it (tests only read it)."""
+    return Path(overrides(data)["data.target_entropy"])
 
 
 def tiny_tokenizer(tiny_assets):
@@ -62,7 +62,7 @@ def tiny_tokenizer(tiny_assets):
     return qwen3_tokenizer(str(d / "vocab.json"), str(d / "merges.txt"), str(d / "tokenizer.json"))
 
 
-def test_cache_holds_the_entropies_of_the_training_tokens(reference_cache, tiny_assets, make_tiny_assets):
+def test_cache_holds_the_entropies_of_the_training_tokens(reference_cache, tiny_assets, make_tiny_assets, tmp_path):
     from entrodrop.checkpointing import HFCheckpointer
     from entrodrop.models.qwen3._component_builders import qwen3
 
@@ -72,7 +72,7 @@ def test_cache_holds_the_entropies_of_the_training_tokens(reference_cache, tiny_
     assert cache.manifest["num_tokens"] == sum(map(len, samples))
     assert max(map(len, samples)) == 256, "no sample reaches max_seq_len: truncation is untested"
     model = qwen3(**TINY_QWEN3).eval()
-    model.load_state_dict(HFCheckpointer(str(tiny_assets / "qwen3"), "QWEN3", str(reference_cache)).load_checkpoint()["model"])
+    model.load_state_dict(HFCheckpointer(str(tiny_assets / "qwen3"), "QWEN3", str(tmp_path)).load_checkpoint()["model"])
     for i in (0, 17, 63):
         cache.check_sample(i, samples[i])
         stored = cache[i]

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import (
+    CACHES,
     CHUNKED_CE,
     DISTRIBUTED,
     NO_EVAL,
@@ -236,7 +237,7 @@ def test_a_run_of_make_reproduces_queue_logs_the_plain_runs_losses_bit_for_bit(d
     from entrodrop.run_queue import RUN_ENV, Job, run_jobs
 
     argv = [TUNE, "run", *train_args(SINGLE, data, tmp_path / "queued", *SWITCH_BASE)]
-    env = {**os.environ, **RUN_ENV, "OMP_NUM_THREADS": "1", "XDG_CACHE_HOME": str(REPO / "outputs" / "test_cache")}
+    env = {**os.environ, **RUN_ENV, "OMP_NUM_THREADS": "1", **CACHES}
     assert run_jobs([Job("queued", lambda: argv)], 1, tmp_path / "logs", tmp_path / "done", env, REPO, warm=True) == ["queued"]
     queued = logged(tmp_path / "queued")
     assert sorted(queued) == [1, 2, 3] and "train: 100%" in (tmp_path / "logs" / "queued.log").read_text()
