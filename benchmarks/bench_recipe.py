@@ -1,7 +1,10 @@
 """Benchmark the EntroDrop recipe on CPU on the demo and tiny models. Prints a table.
 
-    python benchmarks/bench_recipe.py [--steps 40] [--repeats 4] [--pairs 100]
-    python benchmarks/bench_recipe.py --quick      (the whole pipeline, 6 steps a run, once: a test runs it)
+    python benchmarks/bench_recipe.py [--steps 40] [--repeats 4] [--pairs 100] [--data DIR]
+    python benchmarks/bench_recipe.py --quick      (the whole pipeline, 6 steps a run, once, the tiny Qwen3
+                                                    for the demo model: a test runs it)
+
+The token stores and entropy caches are made in a temporary folder, or found in ``--data``.
 
 Three comparisons, each run through the real `tune run`, interleaved ``--repeats`` times (in
 reverse order every other time), the median of the per-step figures after 5 warm-up steps:
@@ -144,8 +147,8 @@ def time_plan(entropy: Path, stores: Path, calls: int = 200) -> float:
     return (time.perf_counter() - start) / calls * 1000
 
 
-def demo_step(stores: Path, loss_fn) -> tuple:
-    """A demo-model training step as the recipe takes it, in this process, on 8 fixed batches:
+def demo_step(stores: Path, cache: Path, shape: dict, loss_fn) -> tuple:
+    """A training step of a Qwen3 of ``shape`` as the recipe takes it, in this process, on 8 fixed batches:
     ``step(k, signal)`` -> seconds, ``signal`` None (EntroDrop off), "entropy" or "loss"
     (EntroDrop static either way); and the ``LossSignal`` store that "loss" reads and writes."""
     from functools import partial
@@ -165,16 +168,15 @@ def demo_step(stores: Path, loss_fn) -> tuple:
     )
     from entrodrop.method.loss_signal import LossSignal, loss_with_token_losses
     from entrodrop.models.qwen3._component_builders import qwen3
-    from entrodrop.models.tiny import DEMO_QWEN3
 
     torch.manual_seed(0)
-    model = qwen3(**DEMO_QWEN3)
+    model = qwen3(**shape)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     hook, e_bar = EmbeddingHook(model.tok_embeddings), mean_embedding(model.tok_embeddings.weight)
     method = TokenDropoutPlan("low", 0.5, "static", 0.1, 1.0, 0.0, "steps", seed=0)
     forward, with_token_losses = model_output_for(model, loss_fn), loss_with_token_losses(loss_fn)
-    store = LossSignal(SampleStore(f"{stores}/entropy_demo", "entropy"), torch.device("cpu"))
-    it = iter(build_loader(f"{stores}/target", f"{stores}/entropy_demo", f"{stores}/general", 256, 8, 0.6, 0))
+    store = LossSignal(SampleStore(str(cache), "entropy"), torch.device("cpu"))
+    it = iter(build_loader(f"{stores}/target", str(cache), f"{stores}/general", 256, 8, 0.6, 0))
     batches = [next(it) for _ in range(8)]
 
     def step(k: int, signal) -> float:
@@ -217,55 +219,65 @@ def alternate(step, a, b, pairs: int) -> tuple:
     return tuple(statistics.median(x) * 1000 for x in (times[a], times[b], differences))
 
 
-def build_data(tmp: Path, steps: int) -> dict:
-    """Token stores of the tiny corpora and, for each model the runs train, an entropy cache of
-    its own (training refuses a cache computed by another model): the overrides of each run."""
-    from entrodrop.models.tiny import DEMO_QWEN3
+def model_runs(quick: bool) -> tuple:
+    """The model EntroDrop's cost is measured on: its name in the tables, its builder's arguments,
+    and the overrides that make configs/demo train it (``--quick``: the tiny Qwen3)."""
+    from entrodrop.models.tiny import DEMO_QWEN3, TINY_QWEN3
 
-    print("data: token stores, and an entropy cache of the tiny Llama3.1 and one of the demo Qwen3", flush=True)
-    tune("recipes/tokenize_corpus.py", "--config", "configs/tiny/qwen3_tokenize.yaml",
-         f"corpora.target.store_dir={tmp}/target", f"corpora.general.store_dir={tmp}/general")
-    # The demo model's shape is named here: configs/demo trains a smaller model.
-    shape = [f"model.{k}={v}" for k, v in DEMO_QWEN3.items()]
-    models = {"llama": ("configs/tiny/qwen3_precompute_entropy.yaml", LLAMA_OVERRIDES),
-              "demo": ("configs/demo/precompute_entropy.yaml", ["checkpointer.checkpoint_dir=assets/tiny/qwen3_demo",
-                                                               *shape])}
-    for name, (config, overrides) in models.items():
-        tune("recipes/precompute_entropy.py", "--config", config, *overrides, f"target_tokens={tmp}/target",
-             f"cache_dir={tmp}/entropy_{name}")
-    data = [f"data.target_tokens={tmp}/target", f"data.general_tokens={tmp}/general", f"total_tokens={steps * SLOTS}",
+    name, shape, checkpoint = (("tiny qwen3", TINY_QWEN3, "assets/tiny/qwen3") if quick else
+                               ("demo qwen3", DEMO_QWEN3, "assets/tiny/qwen3_demo"))
+    # The model's shape is named here: configs/demo trains a smaller one.
+    return name, shape, [f"checkpointer.checkpoint_dir={checkpoint}", *(f"model.{k}={v}" for k, v in shape.items())]
+
+
+def build_data(root: Path, steps: int, quick: bool) -> tuple:
+    """Token stores of the tiny corpora and, for each model the runs train, an entropy cache of
+    its own (training refuses a cache computed by another model), under ``root`` where missing
+    (``entrodrop.experiments.tiny_data``): the overrides of each run, and the cache of the model
+    EntroDrop's cost is measured on."""
+    from entrodrop.experiments.tiny_data import entropy_cache, tiny_data
+
+    name, _, model = model_runs(quick)
+    print(f"data: token stores, and an entropy cache of the tiny Llama3.1 and one of the {name}", flush=True)
+    if quick:
+        tiny_data(root)
+        cache = root / "entropy"
+    else:
+        cache = entropy_cache(root, "demo", "configs/demo/precompute_entropy.yaml", model)
+    llama_cache = entropy_cache(root, "llama3_1", "configs/tiny/qwen3_precompute_entropy.yaml", LLAMA_OVERRIDES)
+    data = [f"data.target_tokens={root}/target", f"data.general_tokens={root}/general", f"total_tokens={steps * SLOTS}",
             f"save_every_n_steps={steps}",
             # evaluation off: this measures training steps
             "evaluation.validation.target_tokens=null", "evaluation.validation.target_entropy=null",
             "evaluation.lm_eval.tasks.code=[]"]
-    demo = ["recipes/entrodrop_single_device.py", "--config", "configs/demo/cpt_entrodrop.yaml",
-            "checkpointer.checkpoint_dir=assets/tiny/qwen3_demo", *shape, *data,
-            f"data.target_entropy={tmp}/entropy_demo"]
+    method = ["recipes/entrodrop_single_device.py", "--config", "configs/demo/cpt_entrodrop.yaml", *model, *data,
+              f"data.target_entropy={cache}"]
     tiny = ["recipes/entrodrop_single_device.py", "--config", "configs/tiny/qwen3_entrodrop_single_device.yaml",
-            *data, f"data.target_entropy={tmp}/entropy_llama"]
-    return {  # the signal: loss run beside its entropy twin, so the two are neighbours in every repeat
-        "demo qwen3: signal loss": demo + ["token_dropout.schedule=static", "token_dropout.signal=loss"],
-        "demo qwen3: EntroDrop on": demo + ["token_dropout.schedule=static"],
-        "demo qwen3: EntroDrop off": demo + ["token_dropout.schedule=none"],
+            *data, f"data.target_entropy={llama_cache}"]
+    runs = {  # the signal: loss run beside its entropy twin, so the two are neighbours in every repeat
+        f"{name}: signal loss": method + ["token_dropout.schedule=static", "token_dropout.signal=loss"],
+        f"{name}: EntroDrop on": method + ["token_dropout.schedule=static"],
+        f"{name}: EntroDrop off": method + ["token_dropout.schedule=none"],
         # The stock recipe's loss: chunked CE over one chunk of full logits.
         "tiny llama3.1: ours": tiny + ["token_dropout.schedule=none"] + LLAMA_OVERRIDES + CHUNKED_CE,
     }
+    return runs, cache
 
 
-def in_one_process(tmp: Path, pairs: int) -> dict:
-    """The step costs measured in this process, alternating steps (``alternate``), on the demo
-    model's cache: EntroDrop on against off, and signal: loss against entropy with each loss."""
+def in_one_process(root: Path, cache: Path, shape: dict, pairs: int) -> dict:
+    """The step costs measured in this process, alternating steps (``alternate``), of the model of
+    ``shape`` on its ``cache``: EntroDrop on against off, and signal: loss against entropy with each loss."""
     from torchtune.modules.loss import CEWithChunkedOutputLoss
 
     from entrodrop.loss import LinearCrossEntropy
 
     print(f"in one process: planning alone, then {pairs} alternating pairs of steps, three times", flush=True)
-    found = {"plan_ms": time_plan(tmp / "entropy_demo", tmp)}
-    step, store = demo_step(tmp, CEWithChunkedOutputLoss(num_output_chunks=1))
+    found = {"plan_ms": time_plan(cache, root)}
+    step, store = demo_step(root, cache, shape, CEWithChunkedOutputLoss(num_output_chunks=1))
     found["dropout"] = alternate(step, None, "entropy", pairs)
     found["signal"] = {"torchtune chunked CE (the demo's)": alternate(step, "entropy", "loss", pairs),
-                       "ours, LinearCrossEntropy": alternate(demo_step(tmp, LinearCrossEntropy(512))[0], "entropy",
-                                                             "loss", pairs)}
+                       "ours, LinearCrossEntropy": alternate(demo_step(root, cache, shape, LinearCrossEntropy(512))[0],
+                                                             "entropy", "loss", pairs)}
     found["store_tokens"] = store.values.numel()
     found["store_bytes"] = store.values.numel() * store.values.element_size()
     return found
@@ -294,9 +306,9 @@ def time_runs(tmp: Path, ours: dict, steps: int, repeats: int, warmup: int) -> t
     return seconds, by_run
 
 
-def print_tables(seconds: dict, by_run: dict, found: dict, repeats: int, warmup: int) -> None:
+def print_tables(model: str, seconds: dict, by_run: dict, found: dict, repeats: int, warmup: int) -> None:
     median = {name: statistics.median(values) for name, values in seconds.items()}
-    on, off = median["demo qwen3: EntroDrop on"], median["demo qwen3: EntroDrop off"]
+    on, off = median[f"{model}: EntroDrop on"], median[f"{model}: EntroDrop off"]
     stock, ours_llama = median["tiny llama3.1: torchtune stock"], median["tiny llama3.1: ours"]
     print(f"\nCPU, 8 x 256 token slots a step, median over {repeats} runs of each, "
           f"{warmup} warm-up steps left out of each run\n")
@@ -311,11 +323,11 @@ def print_tables(seconds: dict, by_run: dict, found: dict, repeats: int, warmup:
           f"median difference of a pair {ab_difference:+.2f} ms = {100 * ab_difference / ab_off:+.2f}%")
     print(f"ours / stock: {stock / ours_llama:.3f}x the stock recipe's slots/s (target >= 0.98)")
     # Step k of a loss run against step k of its neighbouring entropy run: the same batch.
-    paired = zip(by_run["demo qwen3: EntroDrop on"], by_run["demo qwen3: signal loss"])
+    paired = zip(by_run[f"{model}: EntroDrop on"], by_run[f"{model}: signal loss"])
     ratios = [b / a for entropy_run, loss_run in paired for a, b in zip(entropy_run, loss_run)]
-    print("\nsignal: loss against signal: entropy, EntroDrop static, demo model (target: within 1%)\n")
+    print(f"\nsignal: loss against signal: entropy, EntroDrop static, {model} (target: within 1%)\n")
     rows = [[f"separate runs, step k against step k, {len(ratios)} pairs", f"{on * 1000:.1f}",
-             f"{median['demo qwen3: signal loss'] * 1000:.1f}", f"{statistics.median(ratios):.4f}"]]
+             f"{median[f'{model}: signal loss'] * 1000:.1f}", f"{statistics.median(ratios):.4f}"]]
     rows += [[f"one process, alternating steps, {loss_name}", f"{a:.1f}", f"{b:.1f}", f"{1 + difference / a:.4f}"]
              for loss_name, (a, b, difference) in found["signal"].items()]
     print("\n".join(markdown_table(["measured", "entropy ms / step", "loss ms / step", "loss / entropy"], rows)))
@@ -328,17 +340,22 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--pairs", type=int, default=100, help="alternating pairs of steps in one process")
-    parser.add_argument("--quick", action="store_true", help="the whole pipeline: 6 steps a run, 1 repeat, 2 pairs")
+    parser.add_argument("--quick", action="store_true",
+                        help="the whole pipeline: the tiny Qwen3 for the demo's, 6 steps a run, 1 repeat, 2 pairs")
+    parser.add_argument("--data", type=Path, help="where the token stores and caches are made or found "
+                        "(default: a temporary folder)")
     args = parser.parse_args()
     if args.quick:
         args.steps, args.repeats, args.pairs = 6, 1, 2
     warmup = min(5, args.steps // 2)
+    model, shape, _ = model_runs(args.quick)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        ours = build_data(tmp, args.steps)
-        found = in_one_process(tmp, args.pairs)
+        root = args.data or tmp / "data"
+        ours, cache = build_data(root, args.steps, args.quick)
+        found = in_one_process(root, cache, shape, args.pairs)
         seconds, by_run = time_runs(tmp, ours, args.steps, args.repeats, warmup)
-    print_tables(seconds, by_run, found, args.repeats, warmup)
+    print_tables(model, seconds, by_run, found, args.repeats, warmup)
 
 
 if __name__ == "__main__":

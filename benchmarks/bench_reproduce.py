@@ -2,7 +2,7 @@
 
     python benchmarks/bench_reproduce.py                       (4 settings x 2 seeds, warm starts)
     python benchmarks/bench_reproduce.py --cold                (each run a fresh `tune run`)
-    python benchmarks/bench_reproduce.py --quick               (2 runs of 20 steps on a base of its own: a test runs it)
+    python benchmarks/bench_reproduce.py --quick [--data DIR]  (2 runs of 20 steps of the tiny Qwen3: a test runs it)
     python benchmarks/bench_reproduce.py --settings baseline,entrodrop --seeds 3 --device cpu
 
 It trains the runs `make reproduce` (``entrodrop.experiments.reproduce``) would for ``--settings`` and seeds 0 to ``--seeds`` - 1
@@ -13,8 +13,9 @@ wall time and the runs per hour. A figure of it belongs in docs/performance.md w
 the machine's load: two runs side by side on this VM moved by up to 15% from one hour to the next,
 so compare two settings one after the other, and again in the other order.
 
-``--quick`` needs no demo: the runs start from a random-weight base of the demo's shape and train
-on the tiny corpora's stores with that base's entropies, all made in the temporary folder.
+``--quick`` needs no demo: the runs continue the tiny Qwen3 (assets/tiny/qwen3) on the tiny
+corpora's stores with its entropies (``entrodrop.experiments.tiny_data``), made in the temporary
+folder or found in ``--data``.
 """
 
 import argparse
@@ -24,26 +25,21 @@ from pathlib import Path
 
 from entrodrop.analysis.report import markdown_table
 from entrodrop.experiments import demo, reproduce
+from entrodrop.experiments.tiny_data import tiny_data
 from entrodrop.run_queue import run_jobs
 
 STEP_TOKENS = 8 * 256  # configs/demo/cpt_*.yaml: global_batch_size x seq_len
 
 
-def quick_base_and_data(root: Path, device: str) -> tuple:
-    """A random-weight base of the demo's shape, the tiny corpora's token stores and that base's
-    entropies, under ``root``: the base's folder and the overrides that point a run at the data."""
-    print("a base and data of its own: a random-weight model of the demo's shape, the tiny corpora", flush=True)
-    demo.init_base(demo.CONFIGS, "cpu", root / "base")
-    demo.tune("recipes/tokenize_corpus.py", "--config", "configs/tiny/qwen3_tokenize.yaml",
-              *(f"corpora.{corpus}.store_dir={root}/{corpus}" for corpus in ("target", "general", "target_val")))
-    for corpus in ("target", "target_val"):
-        demo.tune("recipes/precompute_entropy.py", "--config", f"{demo.CONFIGS}/precompute_entropy.yaml",
-                  f"checkpointer.checkpoint_dir={root}/base", f"target_tokens={root}/{corpus}",
-                  f"cache_dir={root}/entropy_{corpus}", *([f"device={device}"] if device != "cpu" else []))
-    return str(root / "base"), [
-        f"data.target_tokens={root}/target", f"data.target_entropy={root}/entropy_target",
-        f"data.general_tokens={root}/general", f"evaluation.validation.target_tokens={root}/target_val",
-        f"evaluation.validation.target_entropy={root}/entropy_target_val"]
+def quick_base_and_data(root: Path) -> tuple:
+    """The tiny Qwen3 as the base, and the tiny corpora's token stores and its entropies under
+    ``root`` (made there if missing): the base's folder and the overrides of a run, the tiny
+    model's shape and the data."""
+    from entrodrop.models.tiny import TINY_QWEN3
+
+    print("the tiny Qwen3 as the base, the tiny corpora's stores and its entropies", flush=True)
+    shape = [f"model.{k}={v}" for k, v in TINY_QWEN3.items()]
+    return str(demo.REPO / "assets" / "tiny" / "qwen3"), [*shape, *tiny_data(root)]
 
 
 def main() -> None:
@@ -54,7 +50,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None, help="steps a run (default: the configs', 320)")
     parser.add_argument("--device", default="cpu", help="cpu, or cuda where torch sees a GPU")
     parser.add_argument("--cold", action="store_true", help="each run a fresh `tune run`, no warm start")
-    parser.add_argument("--quick", action="store_true", help="baseline and EntroDrop, one seed, 20 steps")
+    parser.add_argument("--quick", action="store_true", help="baseline and EntroDrop, one seed, 20 steps, the tiny Qwen3")
+    parser.add_argument("--data", type=Path, help="--quick: where its stores and caches are made or found "
+                        "(default: the temporary folder)")
     args = parser.parse_args()
     if args.quick:
         args.settings, args.seeds, args.steps = "baseline,entrodrop", 1, 20
@@ -66,7 +64,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench_reproduce.") as out:
         base, data = None, []
         if args.quick:
-            base, data = quick_base_and_data(Path(out) / "data", args.device)
+            base, data = quick_base_and_data(args.data or Path(out) / "data")
         else:
             print("the demo's base (made if missing):", flush=True)
             demo.run_stages(demo.data_and_base_stages(*([f"device={args.device}"] if args.device != "cpu" else [])),

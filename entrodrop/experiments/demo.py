@@ -53,7 +53,6 @@ import sysconfig
 import time
 from functools import partial
 from pathlib import Path
-from typing import Optional
 
 from entrodrop.analysis.multi_seed import regime_table, run_figures, setting_figures, settings_table, verdict_lines
 from entrodrop.analysis.report import propose_midpoint, read_run, write_entropy_sample, write_report
@@ -276,9 +275,9 @@ def base(out: Path = OUT) -> str:
     return str(latest_checkpoint(out / "pretrain" / "checkpoints"))
 
 
-def init_base(configs: str, device: str, checkpoint_dir: Optional[Path] = None) -> None:
+def init_base(configs: str, device: str) -> None:
     """The random-weight base model, of the shape ``configs``/pretrain.yaml names, into the
-    checkpoint directory it reads (or ``checkpoint_dir``)."""
+    checkpoint directory it reads."""
     import torch
     from omegaconf import OmegaConf
 
@@ -286,8 +285,8 @@ def init_base(configs: str, device: str, checkpoint_dir: Optional[Path] = None) 
 
     cfg = OmegaConf.load(REPO / configs / "pretrain.yaml")
     args = {k: v for k, v in OmegaConf.to_container(cfg.model).items() if k != "_component_"}
-    write_random_checkpoint(checkpoint_dir or REPO / cfg.checkpointer.checkpoint_dir, "QWEN3", args,
-                            REPO / "assets/tiny/tokenizer", device=device, dtype=torch.float32, seed=2)
+    write_random_checkpoint(REPO / cfg.checkpointer.checkpoint_dir, "QWEN3", args, REPO / "assets/tiny/tokenizer",
+                            device=device, dtype=torch.float32, seed=2)
 
 
 def run_group(out: Path, configs: str, runs: list, *extra: str, threads: int = 0, base_out: Path = None,

