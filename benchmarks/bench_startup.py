@@ -12,8 +12,8 @@ floor is `python -c "import torchtune"`, which `tune` pays before it reads the c
 ``--repo`` runs the recipe of another checkout (a `git worktree` of an older commit, sharing
 this environment and ``assets/``), so a change is timed beside the code before it; the token
 stores and entropy caches are built once, by this checkout (``entrodrop.experiments.tiny_data``),
-in a temporary directory (or ``--data``, kept for the next time). The first run of a checkout fills lm-eval's index cache
-(``entrodrop.eval.task_checks``); ``--cold`` clears it before every run. The load average is
+in a temporary directory (or ``--data``, kept for the next time). The first run of a checkout
+fills lm-eval's index cache (``entrodrop.eval.task_checks``); ``--cold`` clears it before every run. The load average is
 printed with the table: the machine is shared, and a busy one is slower.
 """
 

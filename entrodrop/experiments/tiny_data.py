@@ -56,6 +56,12 @@ def _stores(root: Path, env: Mapping[str, str]) -> None:
              *(f"corpora.{store}.store_dir={root}/{store}" for store in stores), env=env)
 
 
+def _cache(cache: Path, tokens: Path, config: str, overrides: Sequence[str], env: Mapping[str, str]) -> None:
+    if not _complete(cache):
+        tune("recipes/precompute_entropy.py", "--config", config, *overrides, f"target_tokens={tokens}",
+             f"cache_dir={cache}", env=env)
+
+
 def tiny_data(root: Path, env: Mapping[str, str] = {}) -> List[str]:
     """The token stores and the tiny Qwen3's caches under ``root`` (made if missing, each `tune run`
     with ``env`` added to this environment): the overrides that point a training config at them,
@@ -64,9 +70,7 @@ def tiny_data(root: Path, env: Mapping[str, str] = {}) -> List[str]:
     with _locked(root):
         _stores(root, env)
         for corpus, cache in (("target", "entropy"), ("target_val", "entropy_val")):
-            if not _complete(root / cache):
-                tune("recipes/precompute_entropy.py", "--config", PRECOMPUTE, f"target_tokens={root}/{corpus}",
-                     f"cache_dir={root}/{cache}", env=env)
+            _cache(root / cache, root / corpus, PRECOMPUTE, (), env)
     return [f"data.target_tokens={root}/target", f"data.target_entropy={root}/entropy",
             f"data.general_tokens={root}/general", f"evaluation.validation.target_tokens={root}/target_val",
             f"evaluation.validation.target_entropy={root}/entropy_val"]
@@ -77,10 +81,8 @@ def entropy_cache(root: Path, name: str, config: str, overrides: Sequence[str] =
     """``root/entropy_<name>``: the target store's entropies by the model the precompute ``config``
     and its ``overrides`` name (a training run refuses a cache of another model), made if missing
     with the stores it reads."""
-    root, cache = Path(root), Path(root) / f"entropy_{name}"
+    root = Path(root)
     with _locked(root):
         _stores(root, env)
-        if not _complete(cache):
-            tune("recipes/precompute_entropy.py", "--config", config, *overrides, f"target_tokens={root}/target",
-                 f"cache_dir={cache}", env=env)
-    return cache
+        _cache(root / f"entropy_{name}", root / "target", config, overrides, env)
+    return root / f"entropy_{name}"
