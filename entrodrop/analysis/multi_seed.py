@@ -31,7 +31,7 @@ from entrodrop.analysis.report import BUCKET_TITLES, compared, documents_per_tas
 from entrodrop.eval.records import best_epoch
 
 FIGURES = ("best_epoch", "min_val_loss", "end_all", "end_low", "end_high", "low_rise", "high_rise", "last_epoch",
-           "best_average")
+           "best_average", "low_lowest", "base_low_entropy")
 # The verdicts a paired difference gets.
 HOLDS, REVERSED, NOT_RESOLVED = "holds", "reversed", "not resolved"
 
@@ -44,7 +44,9 @@ def run_figures(run: Dict, target_group: Optional[str] = None,
     rebound of the paper's figure 1c); the last evaluation's epoch; the best ``target_group``
     average among ``kept``, the evaluations ``entrodrop.analysis.report.compared`` keeps over the runs being
     compared (None: over this run alone), so that no average of other tasks, metrics or documents
-    per task stands beside another. None where the run has no evaluation of it.
+    per task stands beside another; the low-entropy bucket's lowest loss, and the base model's mean
+    entropy of that bucket's tokens (``base_entropy`` of its evaluations, the same at each). None
+    where the run has no evaluation of it.
 
     >>> run = {"evals": [{"target_epoch": e, "val_loss": {"all": a, "low": lo, "high": hi}}
     ...                  for e, a, lo, hi in [(1.0, 2.0, 1.0, 3.0), (2.0, 1.5, 0.5, 2.0), (3.0, 1.8, 0.6, 2.5)]]}
@@ -53,6 +55,8 @@ def run_figures(run: Dict, target_group: Optional[str] = None,
     (2.0, 1.5, 1.8, 3.0)
     >>> round(figures["low_rise"], 3), round(figures["high_rise"], 3), figures["best_average"]
     (0.1, 0.5, None)
+    >>> figures["low_lowest"], figures["base_low_entropy"]
+    (0.5, None)
     """
     with_loss = [e for e in run["evals"] if "val_loss" in e]
     best = best_epoch(with_loss) if with_loss else None
@@ -64,7 +68,9 @@ def run_figures(run: Dict, target_group: Optional[str] = None,
             "end_all": last["val_loss"].get("all"), "end_low": last["val_loss"].get("low"),
             "end_high": last["val_loss"].get("high"), "low_rise": rise("low"), "high_rise": rise("high"),
             "last_epoch": last.get("target_epoch"),
-            "best_average": summarize(run, target_group, kept)["best_average"] if target_group else None}
+            "best_average": summarize(run, target_group, kept)["best_average"] if target_group else None,
+            "low_lowest": min(e["val_loss"]["low"] for e in with_loss) if "low" in last["val_loss"] else None,
+            "base_low_entropy": next((e["base_entropy"]["low"] for e in with_loss if "base_entropy" in e), None)}
 
 
 def _known(values: Sequence[Optional[float]]) -> List[float]:
@@ -256,24 +262,37 @@ CLAIM_HEADER = ["the paper's claim", "means", f"paired difference [{CONFIDENCE:.
 HORIZON_PER_BEST_EPOCH = 5.0  # the run goes on for at least 5 times its best epoch, as the paper's
 MIN_HIGH_RISE = 0.1  # nats: the high-entropy bucket's loss rebounds at least this much
 MAX_LOW_SHARE = 1 / 3  # the low-entropy bucket rises at most a third as much as the high one
+# The premise itself (section 2: the low-entropy tokens are "already accurately modeled", their loss
+# "quickly drops and remains near zero"): the base model's mean entropy of the held-out low half, and
+# the baseline's lowest low-bucket loss, at most this many nats. Set 2026-11-28, before any run of the
+# regime it chose (docs/reproduction.md).
+MAX_LOW_NATS = 0.1
 
 
 def regime_check(figures: Dict[str, Optional[float]]) -> List[List[str]]:
     """Whether a baseline's ``run_figures`` show the paper's regime: ``[what, measured, holds]``
     rows - overfitting early (the last evaluation at least ``HORIZON_PER_BEST_EPOCH`` times the
-    best epoch), the high-entropy bucket rebounding (by ``MIN_HIGH_RISE`` or more), and the
+    best epoch), the high-entropy bucket rebounding (by ``MIN_HIGH_RISE`` or more), the
     low-entropy bucket staying low and flat (ending below the high bucket's lowest, and rising at
-    most ``MAX_LOW_SHARE`` of the high bucket's rise).
+    most ``MAX_LOW_SHARE`` of the high bucket's rise), and the paper's premise, its low-entropy
+    tokens near-certain (the base model's mean entropy of them and the bucket's lowest loss, each at
+    most ``MAX_LOW_NATS``; "no" where the run did not record the base's entropy).
 
     >>> rows = regime_check({"best_epoch": 8.0, "last_epoch": 56.0, "low_rise": 0.2, "high_rise": 0.9,
-    ...                      "end_low": 0.64, "end_high": 2.3})
+    ...                      "end_low": 0.64, "end_high": 2.3, "low_lowest": 0.44, "base_low_entropy": 0.72})
     >>> [row[2] for row in rows]
-    ['yes', 'yes', 'yes']
+    ['yes', 'yes', 'yes', 'no']
+    >>> rows[3][1]
+    'base entropy 0.720, lowest loss 0.440'
+    >>> regime_check({"best_epoch": 8.0, "last_epoch": 56.0, "low_rise": 0.02, "high_rise": 0.9, "end_low": 0.08,
+    ...               "end_high": 2.3, "low_lowest": 0.06, "base_low_entropy": 0.09})[3][1:]
+    ['base entropy 0.090, lowest loss 0.060', 'yes']
     >>> regime_check({"best_epoch": 15.0, "last_epoch": 28.0, "low_rise": 0.34, "high_rise": 0.03,
     ...               "end_low": 3.59, "end_high": 3.31})[0]
     ['best epoch at most 1/5 of the horizon', 'epoch 15.00 of 28.00 (1/1.9)', 'no']
     """
     best, last, low, high = (figures[k] for k in ("best_epoch", "last_epoch", "low_rise", "high_rise"))
+    base, lowest = figures.get("base_low_entropy"), figures.get("low_lowest")
     high_lowest = figures["end_high"] - high
     share = f" = {low / high:.2f} of the high bucket's +{high:.3f}" if high > 0 else f", the high bucket +{high:.3f}"
     yes = lambda holds: "yes" if holds else "no"  # noqa: E731
@@ -285,6 +304,11 @@ def regime_check(figures: Dict[str, Optional[float]]) -> List[List[str]]:
         [f"low-entropy loss stays low and flat: below the high bucket's lowest, rising at most "
          f"{MAX_LOW_SHARE:.2f} of its rise", f"ends at {figures['end_low']:.3f} (high's lowest {high_lowest:.3f}), "
          f"+{low:.3f}{share}", yes(figures["end_low"] < high_lowest and low <= MAX_LOW_SHARE * high)],
+        [f"low-entropy tokens near-certain: the base's mean entropy of them and the bucket's lowest loss each at "
+         f"most {MAX_LOW_NATS:g} nats",
+         f"base entropy {'not recorded' if base is None else f'{base:.3f}'}, lowest loss "
+         f"{'-' if lowest is None else f'{lowest:.3f}'}",
+         yes(base is not None and lowest is not None and max(base, lowest) <= MAX_LOW_NATS)],
     ]
 
 

@@ -12,6 +12,7 @@ import torch
 from entrodrop.data.loader import check_join
 from entrodrop.eval.records import group_metrics, group_scores, task_scoring
 from entrodrop.eval.validation import (
+    bucket_entropies,
     entropy_buckets,
     validation_batches,
     validation_losses,
@@ -71,7 +72,11 @@ class Evaluator:
         if validation is not None:
             tokens, entropy = validation
             check_join(tokens, entropy)
-            self._validation = (tokens, entropy, entropy_buckets([entropy[i] for i in range(len(entropy))]))
+            entropies = [entropy[i] for i in range(len(entropy))]
+            buckets = entropy_buckets(entropies)
+            self._validation = (tokens, entropy, buckets)
+            # what the base model's entropy was in each bucket: the same at every evaluation
+            self._base_entropy = bucket_entropies(entropies, buckets)
         self._seq_len, self._batch_size = seq_len, batch_size
         self._task_manager, self._cfg = task_manager, lm_eval_cfg
         self._task_groups = {group: list(tasks) for group, tasks in lm_eval_cfg.tasks.items()}
@@ -97,6 +102,7 @@ class Evaluator:
                 batches = validation_batches(tokens, entropy, buckets, self._seq_len, self._batch_size, self._rank,
                                              self._world_size)
                 record["val_loss"] = validation_losses(self._model, batches, self._device, self._world_size > 1)
+                record["base_entropy"] = self._base_entropy
             if self.lm:
                 tasks = [t for ts in self._task_groups.values() for t in ts]
                 # lm-eval sees one process on every rank (see TorchtuneLM), so each would print its

@@ -66,6 +66,22 @@ def entropy_buckets(entropies: Sequence[np.ndarray]) -> List[np.ndarray]:
     return [flags[end - len(x) : end] for x, end in zip(entropies, ends)]
 
 
+def bucket_entropies(entropies: Sequence[np.ndarray], buckets: Sequence[np.ndarray]) -> Dict[str, float]:
+    """The base model's mean entropy (nats) of each bucket's tokens (``BUCKETS``; ``buckets``: the
+    flags ``entropy_buckets`` gave ``entropies``): how certain the base already was of the tokens each
+    validation loss scores. The paper's premise (its figure 1c) is a low bucket near zero.
+
+    Example:
+        >>> h = [np.array([np.nan, 0.0, 0.2, 3.0]), np.array([np.nan, 1.0])]
+        >>> {k: round(v, 3) for k, v in bucket_entropies(h, entropy_buckets(h)).items()}
+        {'all': 1.05, 'low': 0.1, 'high': 3.0}
+    """
+    values = np.concatenate([np.zeros(0, np.float64), *(np.asarray(h, np.float64) for h in entropies)])
+    flags = np.concatenate([np.zeros(0, np.uint8), *buckets])
+    masks = {"all": ~np.isnan(values), "low": flags == LOW, "high": flags == HIGH}
+    return {name: float(values[m].mean()) if m.any() else math.nan for name, m in masks.items()}
+
+
 def open_validation(tokens_dir: Optional[str], entropy_dir: Optional[str]) -> Optional[Tuple[SampleStore, SampleStore]]:
     """The held-out token store and its entropy cache (None when ``tokens_dir`` is null), checked
     before any model loads: the cache was computed on these samples (``check_join``) and the

@@ -27,12 +27,14 @@ from entrodrop.analysis.multi_seed import (
 from entrodrop.analysis.report import read_run
 
 
-def bucket_run(root, name, curve):
-    """A run directory whose evaluations have distinct buckets: ``curve`` is (epoch, all, low, high)."""
+def bucket_run(root, name, curve, base_low=None):
+    """A run directory whose evaluations have distinct buckets: ``curve`` is (epoch, all, low, high);
+    ``base_low``: the base model's mean entropy of the low bucket, recorded as the evaluator does."""
     run = root / name
     (run / "eval").mkdir(parents=True)
+    base = {} if base_low is None else {"base_entropy": {"all": 1.0, "low": base_low, "high": 2.5}}
     (run / "eval" / "evals.jsonl").write_text("".join(
-        json.dumps({"step": 10 * k, "target_epoch": epoch, "val_loss": {"all": a, "low": lo, "high": hi}}) + "\n"
+        json.dumps({"step": 10 * k, "target_epoch": epoch, "val_loss": {"all": a, "low": lo, "high": hi}, **base}) + "\n"
         for k, (epoch, a, lo, hi) in enumerate(curve, start=1)))
     return read_run(run)
 
@@ -165,14 +167,24 @@ def test_averages_are_compared_only_where_scored_alike_and_a_loss_signal_gets_it
 
 def test_the_regime_check_reads_the_papers_regime_off_a_baseline_alone(tmp_path):
     # The chosen CPU regime's baseline: early best epoch, a rebounding high bucket, a flat low one.
-    paper = bucket_run(tmp_path, "paper", [(1.0, 1.1, 0.65, 1.95), (9.0, 0.81, 0.43, 1.41), (54.0, 1.25, 0.64, 2.29)])
-    assert [row[2] for row in regime_check(run_figures(paper))] == ["yes", "yes", "yes"]
+    paper = bucket_run(tmp_path, "paper", [(1.0, 1.1, 0.65, 1.95), (9.0, 0.81, 0.43, 1.41), (54.0, 1.25, 0.64, 2.29)],
+                       base_low=0.72)
+    # ... but its low-entropy tokens are not near-certain: the paper's premise fails.
+    assert [row[2] for row in regime_check(run_figures(paper))] == ["yes", "yes", "yes", "no"]
+    assert regime_check(run_figures(paper))[3][1] == "base entropy 0.720, lowest loss 0.430"
+    # A base that knew the low half almost surely, whose baseline kept it near zero: all four hold.
+    premise = bucket_run(tmp_path, "premise", [(1.0, 0.9, 0.09, 1.95), (9.0, 0.6, 0.05, 1.41), (54.0, 1.0, 0.07, 2.29)],
+                         base_low=0.08)
+    assert [row[2] for row in regime_check(run_figures(premise))] == ["yes", "yes", "yes", "yes"]
+    # A run from before the evaluations recorded the base's entropy cannot show the premise.
+    assert regime_check(run_figures(bucket_run(tmp_path, "old", [(1.0, 0.9, 0.05, 1.9)])))[3][1:] == [
+        "base entropy not recorded, lowest loss 0.050", "no"]
     # The CPU demo of 2026-11-25: a weak base, the low bucket rebounding, the high one flat, stopped early.
     weak = bucket_run(tmp_path, "weak", [(1.1, 4.59, 3.93, 5.26), (15.1, 3.40, 3.25, 3.35), (27.7, 3.52, 3.59, 3.31)])
     rows = regime_check(run_figures(weak))
-    assert [row[2] for row in rows] == ["no", "no", "no"]
+    assert [row[2] for row in rows] == ["no", "no", "no", "no"]
     assert rows[0][1] == "epoch 15.10 of 27.70 (1/1.8)"
     assert rows[2][1].startswith("ends at 3.590 (high's lowest 3.310), +0.340")
     table = regime_table({"paper": run_figures(paper), "weak": run_figures(weak)})
-    assert table[0] == "| criterion | paper | weak |" and len(table) == 5
+    assert table[0] == "| criterion | paper | weak |" and len(table) == 6
     assert table[2].endswith(": yes | epoch 15.10 of 27.70 (1/1.8): no |")

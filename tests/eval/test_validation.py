@@ -164,6 +164,10 @@ def test_validation_losses_by_bucket_are_a_hand_computation_on_one_rank_or_two(t
     evaluator = Evaluator(model, torch.device("cpu"), (tokens, entropy), 16, 2, None, None, cfg)
     record = evaluator(step=3, target_epoch=1.0, checkpoint="step_3")
     assert record["val_loss"] == pytest.approx(expected, rel=1e-6)
+    # beside the losses, the base model's mean entropy of the very tokens each bucket scores
+    base = {(i, p): float(entropy[i][p]) for i in range(len(tokens)) for p in range(1, len(tokens[i]))}
+    assert record["base_entropy"] == pytest.approx(
+        {name: sum(base[t] for t in ts) / len(ts) for name, ts in [("all", base), ("low", low), ("high", high)]}, rel=1e-6)
 
     flags = entropy_buckets([entropy[i] for i in range(len(entropy))])
     sums = [sum(bucket_loss_sums(model, batch, torch.device("cpu"))
