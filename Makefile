@@ -93,7 +93,8 @@ demo: $(ASSETS)
 	$(PY) scripts/demo.py
 
 # Tables 3 and 4 (docs/reproduction.md) on the CPU demo's base, made if missing: SEEDS=N seeds a
-# setting (default 4), RESUME=1 continues, DEVICE=cpu stays on the CPU where a GPU is. Where there is
+# setting (default 4), RESUME=1 continues, DEVICE=cpu stays on the CPU where a GPU is; REGIME=premise
+# trains the paper's settings on the premise regime's base instead (its low-entropy tokens near-certain). Where there is
 # no $(VENV) but carried wheels (the lent GPU machine, which has no network), it runs in gpu-check's
 # venv over the image's torch: every run on the GPU, many at once (docs/reproduction.md, "On a GPU").
 reproduce:

@@ -19,6 +19,7 @@ folder or found in ``--data``.
 """
 
 import argparse
+import dataclasses
 import tempfile
 import time
 from pathlib import Path
@@ -69,9 +70,9 @@ def main() -> None:
             print("the demo's base (made if missing):", flush=True)
             demo.run_stages(demo.data_and_base_stages(*([f"device={args.device}"] if args.device != "cpu" else [])),
                             demo.OUT, resume=True)
-        reproduce.OUT = Path(out) / "runs"  # reproduce.jobs and its midpoint read this folder
+        regime = dataclasses.replace(reproduce.DEMO, out=Path(out) / "runs")  # its jobs and midpoint read this folder
         steps = [f"total_tokens={args.steps * STEP_TOKENS}"] if args.steps else []
-        jobs = [job for job in reproduce.jobs(range(args.seeds), args.device, *steps, *data, base=base)
+        jobs = [job for job in reproduce.jobs(range(args.seeds), args.device, *steps, *data, base=base, regime=regime)
                 if job.name.rsplit("_seed", 1)[0] in settings]
         print(f"{len(jobs)} runs:", flush=True)
         parallel = reproduce.parallel_on(args.device)

@@ -415,3 +415,30 @@ def draw_seed_bands(settings: Dict[str, Sequence[Dict]], path) -> None:
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def draw_differences_by_entropy(points: Dict[str, List[tuple]], path) -> None:
+    """Paired differences against the base model's mean entropy of the held-out low half, a panel
+    each: ``points`` is panel title -> ``[(base low-half entropy, paired, label), ...]`` (``paired``
+    differences, drawn as their mean with the 95% interval as an error bar, and 0 marked), so that
+    one sees whether an effect appears as the low half becomes near-certain."""
+    import matplotlib.pyplot as plt  # entrodrop.analysis.report, imported above, chose the file-only backend
+
+    fig, axes = plt.subplots(1, len(points), figsize=(4.6 * len(points), 4.0), squeeze=False)
+    for ax, (title, series) in zip(axes[0], points.items()):
+        for entropy, difference, label in series:
+            if difference is None or difference["low"] is None:
+                continue
+            mean = difference["mean"]
+            ax.errorbar([entropy], [mean], yerr=[[mean - difference["low"]], [difference["high"] - mean]], fmt="o",
+                        capsize=4)
+            ax.annotate(f"{label} ({difference['n']} seeds)", (entropy, mean), textcoords="offset points",
+                        xytext=(6, 6), fontsize=8)
+        ax.axhline(0.0, color="black", linewidth=0.8)
+        ax.set(title=title, xlabel="base model's mean entropy of the held-out low half (nats)",
+               ylabel=f"paired difference, {CONFIDENCE:.0%} interval")
+        ax.set_xlim(left=0.0)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

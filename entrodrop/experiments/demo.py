@@ -143,7 +143,11 @@ def write_jsonl(path: Path, texts: list) -> int:
     return sum(map(len, texts))
 
 
-def build_corpora() -> None:
+def build_corpora(out: Path = OUT, cut=decimal_blocks, target_blocks: int = TARGET_BLOCKS) -> None:
+    """The CPU version's corpora into ``out``/corpora: the test cases cut into blocks by ``cut``
+    (``decimal_blocks``, or the premise regime's ``entrodrop.experiments.premise.doctest_blocks``),
+    the first ``target_blocks`` of the target file the target and its held-out half; the code and the
+    docstrings as they are."""
     if not (DECIMAL_TESTS / TARGET_FILE).is_file():
         raise SystemExit(f"demo stopped: {DECIMAL_TESTS / TARGET_FILE} does not exist. The CPU demo's text is the "
                          "decimal module's test cases, part of CPython's test suite, which this Python was installed "
@@ -153,18 +157,17 @@ def build_corpora() -> None:
     # hold; not randoms and randomBound32, which mix every operation with long random operands
     others = [f for f in sorted(DECIMAL_TESTS.glob("*.decTest"))
               if operation(f) not in TARGET_OPERATIONS and not operation(f).startswith("random")]
-    target_blocks = decimal_blocks(read(DECIMAL_TESTS / TARGET_FILE))[:TARGET_BLOCKS]
+    target = cut(read(DECIMAL_TESTS / TARGET_FILE))[:target_blocks]
     modules = sorted(STDLIB.glob("*.py"))
     documented = sorted(f for f in STDLIB.rglob("*.py") if "test" not in str(f.relative_to(STDLIB))
                         and "site-packages" not in f.parts)
-    corpora = OUT / "corpora"
+    corpora = out / "corpora"
     sizes = {
         "pretrain_decimal": write_jsonl(corpora / "pretrain_decimal.jsonl",
-                                        [b for f in others for b in decimal_blocks(read(f), without=TARGET_OPERATIONS)]),
+                                        [b for f in others for b in cut(read(f), without=TARGET_OPERATIONS)]),
         "pretrain_code": write_jsonl(corpora / "pretrain_code.jsonl", [b for f in modules for b in blocks(read(f))]),
-        "target": write_jsonl(corpora / "target.jsonl", [b for i, b in enumerate(target_blocks) if i % HELD_OUT_EVERY]),
-        "target_val": write_jsonl(corpora / "target_val.jsonl",
-                                  [b for i, b in enumerate(target_blocks) if not i % HELD_OUT_EVERY]),
+        "target": write_jsonl(corpora / "target.jsonl", [b for i, b in enumerate(target) if i % HELD_OUT_EVERY]),
+        "target_val": write_jsonl(corpora / "target_val.jsonl", [b for i, b in enumerate(target) if not i % HELD_OUT_EVERY]),
         "general": write_jsonl(corpora / "general.jsonl", [d for f in documented for d in docstrings(read(f))]),
     }
     print("    " + ", ".join(f"{name}: {chars / 1e6:.2f}M chars" for name, chars in sizes.items()))
@@ -228,25 +231,28 @@ def main() -> None:
         run_stages(cpu_stages(), OUT, resume)
 
 
-def data_and_base_stages(*extra: str) -> list:
-    """The CPU version's first stages, which ``make reproduce`` shares: corpora, token stores and
-    the base model with its entropies. Each is (title, what runs, what it writes); ``extra``
-    overrides go to the pre-training and the entropy precompute (``device=cuda`` on a GPU)."""
+def data_and_base_stages(*extra: str, out: Path = OUT, configs: str = CONFIGS, corpora=build_corpora) -> list:
+    """The CPU version's first stages, which ``make reproduce`` shares: corpora (``corpora``), token
+    stores and the base model with its entropies, into ``out`` by the configs in ``configs``. Each is
+    (title, what runs, what it writes); ``extra`` overrides go to the pre-training and the entropy
+    precompute (``device=cuda`` on a GPU)."""
+    where = out.relative_to(REPO) if out.is_relative_to(REPO) else out
+
     def precompute(corpus: str):
-        return lambda: tune("recipes/precompute_entropy.py", "--config", f"{CONFIGS}/precompute_entropy.yaml",
-                            f"checkpointer.checkpoint_dir={base()}", f"target_tokens=outputs/demo/tokens/{corpus}",
-                            f"cache_dir=outputs/demo/entropy/{corpus}", *extra)
+        return lambda: tune("recipes/precompute_entropy.py", "--config", f"{configs}/precompute_entropy.yaml",
+                            f"checkpointer.checkpoint_dir={base(out)}", f"target_tokens={where}/tokens/{corpus}",
+                            f"cache_dir={where}/entropy/{corpus}", *extra)
 
     return [
-        ("corpora from Python's own files: decimal arithmetic test cases, code, docstrings", build_corpora,
-         [OUT / "corpora"]),
-        ("token stores", lambda: tune("recipes/tokenize_corpus.py", "--config", f"{CONFIGS}/tokenize.yaml"),
-         [OUT / "tokens"]),
-        ("the random-weight 0.67M base model", partial(init_base, CONFIGS, "cpu"), [OUT / "init"]),
+        ("corpora from Python's own files: decimal arithmetic test cases, code, docstrings", corpora,
+         [out / "corpora"]),
+        ("token stores", lambda: tune("recipes/tokenize_corpus.py", "--config", f"{configs}/tokenize.yaml"),
+         [out / "tokens"]),
+        ("the random-weight 0.67M base model", partial(init_base, configs, "cpu"), [out / "init"]),
         ("pre-train it on the other operations' test cases", lambda: tune(
-            "recipes/entrodrop_single_device.py", "--config", f"{CONFIGS}/pretrain.yaml", *extra), [OUT / "pretrain"]),
-        ("entropy of the target tokens under the base", precompute("target"), [OUT / "entropy" / "target"]),
-        ("entropy of the held-out tokens", precompute("target_val"), [OUT / "entropy" / "target_val"]),
+            "recipes/entrodrop_single_device.py", "--config", f"{configs}/pretrain.yaml", *extra), [out / "pretrain"]),
+        ("entropy of the target tokens under the base", precompute("target"), [out / "entropy" / "target"]),
+        ("entropy of the held-out tokens", precompute("target_val"), [out / "entropy" / "target_val"]),
     ]
 
 

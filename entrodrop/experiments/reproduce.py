@@ -1,6 +1,11 @@
 """Tables 3 and 4 of the paper at CPU scale, every setting with several seeds: `make reproduce`.
 
-`make reproduce` runs it (scripts/reproduce.py, whose docstring lists SEEDS, RESUME and DEVICE).
+`make reproduce` runs it (scripts/reproduce.py, whose docstring lists SEEDS, RESUME, DEVICE and REGIME).
+
+``REGIME=premise`` runs the paper's settings of tables 3 and 4 (``REGIMES``) on another base, the
+premise regime's (entrodrop/experiments/premise.py), whose held-out low-entropy tokens are
+near-certain, into outputs/reproduce_premise; its last stage sets EntroDrop's gain in each regime
+trained against the base's entropy of the held-out low half (``across_regimes``).
 
 It builds on the CPU demo's base (scripts/demo.py): the corpora, token stores, pre-trained base
 model and entropies in outputs/demo, made if missing and reused where `make demo` left them. Then
@@ -26,15 +31,25 @@ lists every setting tried.
 """
 
 import os
+from dataclasses import dataclass
 from functools import lru_cache, partial
-from typing import Optional
+from pathlib import Path
+from typing import Callable, Optional, Tuple
 
-from entrodrop.analysis.multi_seed import CLAIM_HEADER, claim_row, draw_seed_bands, setting_figures
+from entrodrop.analysis.multi_seed import (
+    CLAIM_HEADER,
+    claim_row,
+    difference_cell,
+    draw_differences_by_entropy,
+    draw_seed_bands,
+    paired,
+    setting_figures,
+    verdict,
+)
 from entrodrop.analysis.report import markdown_table, read_run
-from entrodrop.experiments import demo
+from entrodrop.experiments import demo, premise
 from entrodrop.run_queue import Job, cores, run_jobs, runs_at_once
 
-OUT = demo.REPO / "outputs" / "reproduce"
 # Seeds a setting without SEEDS: 13 settings of 4 seeds (52 runs) fit an hour of this 2-core CPU (docs/reproduction.md).
 DEFAULT_SEEDS = 4
 # name -> (config, overrides); "{midpoint}" is the seed-0 baseline's proposed j0, "{half_midpoint}" half of it.
@@ -103,6 +118,38 @@ DIGITS = {"best_epoch": 2, "min_val_loss": 4, "end_all": 4, "high_rise": 4, "end
 FIGURE = {"baseline": "baseline", "EntroDrop": "entrodrop", "random targeting": "targeting_random"}
 
 
+@dataclass(frozen=True)
+class Regime:
+    """Where a reproduction's base comes from and what it trains on it: ``base_stages(*extra)``
+    makes the corpora, stores, base model and entropies in ``base_out`` (marked done there, reused);
+    every run of ``settings`` (names of ``SETTINGS``) trains by the configs in ``configs`` into ``out``."""
+
+    name: str
+    out: Path
+    configs: str
+    base_out: Path
+    base_stages: Callable[..., list]
+    settings: Tuple[str, ...]
+
+
+# `make reproduce`: every setting on the CPU demo's base. REGIME=premise: the paper's settings of
+# tables 3 and 4 on the premise regime's base, whose low-entropy tokens are near-certain
+# (entrodrop.experiments.premise; the settings fixed before any run of it, docs/reproduction.md).
+REGIMES = {
+    "demo": Regime("demo", demo.REPO / "outputs" / "reproduce", demo.CONFIGS, demo.OUT, demo.data_and_base_stages,
+                   tuple(SETTINGS)),
+    "premise": Regime("premise", demo.REPO / "outputs" / "reproduce_premise", premise.CONFIGS, premise.OUT,
+                      premise.data_and_base_stages, ("baseline", "entrodrop", "gamma_max_0.4", "targeting_high",
+                                                     "targeting_random", "schedule_static")),
+}
+DEMO = REGIMES["demo"]
+# Where the gain begins: each (what, setting, reference, figure, lower is better), paired by seed in
+# every regime trained, against its base's mean entropy of the held-out low half.
+ACROSS = (("EntroDrop minus baseline, at the minimum", "entrodrop", "baseline", "min_val_loss", True),
+          ("EntroDrop minus baseline, at the end", "entrodrop", "baseline", "end_all", True),
+          ("low- minus random targeting, at the end", "entrodrop", "targeting_random", "end_all", True))
+
+
 def seeds_from(value) -> range:
     """The seeds ``SEEDS`` (a count) asks for: 0 to N - 1; ``DEFAULT_SEEDS`` when unset.
 
@@ -116,14 +163,27 @@ def seeds_from(value) -> range:
     return range(int(value))
 
 
+def regime_from(value) -> Regime:
+    """The regime ``REGIME`` names (``REGIMES``); the demo's when unset.
+
+    >>> regime_from(None).name, regime_from("premise").name
+    ('demo', 'premise')
+    """
+    if value in (None, ""):
+        return DEMO
+    if value not in REGIMES:
+        raise SystemExit(f"REGIME={value!r}: must be one of {', '.join(REGIMES)} (unset: demo)")
+    return REGIMES[value]
+
+
 def run_name(setting: str, seed: int) -> str:
     return f"{setting}_seed{seed}"
 
 
 @lru_cache(maxsize=None)
-def midpoints() -> dict:
+def midpoints(regime: Regime = DEMO) -> dict:
     """What "{midpoint}" and "{half_midpoint}" are: the seed-0 baseline's proposed j0, and half of it."""
-    midpoint, line = demo.choose_midpoint(read_run(OUT / run_name("baseline", 0)))
+    midpoint, line = demo.choose_midpoint(read_run(regime.out / run_name("baseline", 0)))
     print(f"    {line}", flush=True)
     return {"midpoint": midpoint, "half_midpoint": midpoint / 2}
 
@@ -133,31 +193,32 @@ def reads_midpoint(overrides: list) -> bool:
     return any("midpoint}" in o for o in overrides)
 
 
-def runs(seeds: range) -> list:
-    """Every (name, config, overrides), seed by seed, those that need no midpoint first (the seed-0
-    baseline the very first), so the EntroDrop runs find the baseline's proposal."""
+def runs(seeds: range, regime: Regime = DEMO) -> list:
+    """Every (name, config, overrides) of ``regime``'s settings, seed by seed, those that need no
+    midpoint first (the seed-0 baseline the very first), so the EntroDrop runs find the baseline's proposal."""
     plain, dropout = [], []
     for seed in seeds:
-        for setting, (config, overrides) in SETTINGS.items():
+        for setting in regime.settings:
+            config, overrides = SETTINGS[setting]
             (dropout if reads_midpoint(overrides) else plain).append((run_name(setting, seed), config,
                                                                       [*overrides, f"seed={seed}"]))
     return plain + dropout
 
 
-def jobs(seeds: range, device: str, *extra: str, base: Optional[str] = None) -> list:
+def jobs(seeds: range, device: str, *extra: str, base: Optional[str] = None, regime: Regime = DEMO) -> list:
     """``runs`` as ``entrodrop.run_queue`` jobs, on ``device`` (``extra`` overrides go to every
-    run), from the base model in ``base`` (default: the demo's pre-trained one); a run that reads
+    run), from the base model in ``base`` (default: ``regime``'s pre-trained one); a run that reads
     the midpoint waits for the seed-0 baseline."""
     first = run_name("baseline", 0)
     extra = ([f"device={device}"] if device != "cpu" else []) + list(extra)
 
     def argv(config: str, overrides: list, name: str) -> list:
-        values = midpoints() if reads_midpoint(overrides) else {}
-        return demo.run_command(demo.CONFIGS, config, OUT / name, base or demo.base(),
+        values = midpoints(regime) if reads_midpoint(overrides) else {}
+        return demo.run_command(regime.configs, config, regime.out / name, base or demo.base(regime.base_out),
                                 [*extra, *(o.format(**values) for o in overrides)])
 
-    return [Job(name, partial(argv, config, overrides, name), [OUT / name], (first,) if reads_midpoint(overrides) else ())
-            for name, config, overrides in runs(seeds)]
+    return [Job(name, partial(argv, config, overrides, name), [regime.out / name],
+                (first,) if reads_midpoint(overrides) else ()) for name, config, overrides in runs(seeds, regime)]
 
 
 def parallel_on(device: str) -> int:
@@ -169,58 +230,94 @@ def parallel_on(device: str) -> int:
     return runs_at_once(device, cores(), torch.cuda.mem_get_info()[0])
 
 
-def train(seeds: range, device: str) -> None:
+def train(seeds: range, device: str, regime: Regime = DEMO) -> None:
     parallel = parallel_on(device)
-    print(f"    {len(SETTINGS) * len(seeds)} runs on {device}, {parallel} at a time", flush=True)
+    out = regime.out
+    print(f"    {len(regime.settings) * len(seeds)} runs on {device}, {parallel} at a time", flush=True)
     # warm starts (entrodrop.warm_start) on the CPU only: a fork after torch's import never met CUDA here
-    run_jobs(jobs(seeds, device), parallel, OUT / "logs", OUT / ".runs", demo.run_env(threads=1), demo.REPO,
-             on_done=lambda job: demo.print_figures(OUT, job.name), warm=device == "cpu")
+    run_jobs(jobs(seeds, device, regime=regime), parallel, out / "logs", out / ".runs", demo.run_env(threads=1),
+             demo.REPO, on_done=lambda job: demo.print_figures(out, job.name), warm=device == "cpu")
 
 
-def stages(seeds: range, device: str) -> list:
-    return [(f"{len(SETTINGS)} settings x {len(seeds)} seeds on {device}", partial(train, seeds, device), []),
-            (f"tables 3 and 4 over {len(seeds)} seeds", partial(tables, seeds), [OUT / "tables.md"]),
-            (f"the figure over {len(seeds)} seeds", partial(figure, seeds), [OUT / "val_loss_by_epoch.png"])]
+def stages(seeds: range, device: str, regime: Regime = DEMO) -> list:
+    out = regime.out
+    return [(f"{len(regime.settings)} settings x {len(seeds)} seeds on {device}", partial(train, seeds, device, regime), []),
+            (f"tables 3 and 4 over {len(seeds)} seeds", partial(tables, seeds, regime), [out / "tables.md"]),
+            (f"the figure over {len(seeds)} seeds", partial(figure, seeds, regime), [out / "val_loss_by_epoch.png"]),
+            # after another regime than the demo's, which it compares with the demo's where that was trained
+            *[(f"the gain across regimes over {len(seeds)} seeds", partial(across_regimes, seeds, out),
+               [out / "across_regimes.md", out / "across_regimes.png"])] * (regime is not DEMO)]
 
 
-def read_settings(seeds: range) -> dict:
+def read_settings(seeds: range, regime: Regime = DEMO) -> dict:
     """Each setting's runs, one a seed (a seed whose run is missing is left out: its pairs too)."""
-    return {setting: [read_run(OUT / run_name(setting, s)) for s in seeds if (OUT / run_name(setting, s)).is_dir()]
-            for setting in SETTINGS}
+    present = lambda setting, s: (regime.out / run_name(setting, s)).is_dir()  # noqa: E731
+    return {setting: [read_run(regime.out / run_name(setting, s)) for s in seeds if present(setting, s)]
+            for setting in regime.settings}
 
 
-def tables(seeds: range) -> str:
-    settings = read_settings(seeds)
+def tables(seeds: range, regime: Regime = DEMO) -> str:
+    """Tables 3 and 4, the regime check and every claim of ``CLAIMS`` and ``QUESTIONS`` whose two
+    settings ``regime`` trains, into ``regime.out``/tables.md."""
+    settings = read_settings(seeds, regime)
     read = {run["name"]: run for runs in settings.values() for run in runs}
     text = demo.seed_tables(read, {title: {label: [run["name"] for run in settings[setting]]
-                                           for label, setting in table.items()} for title, table in TABLES.items()})
+                                           for label, setting in table.items() if setting in settings}
+                                   for title, table in TABLES.items()})
     figures = setting_figures(settings)
     for title, claims, first in (("The paper's claims", CLAIMS, CLAIM_HEADER[0]),
                                  ("Beyond the paper", QUESTIONS, "the question")):
         rows = [claim_row(claim, figures, setting, reference, key, lower, DIGITS[key])
-                for claim, setting, reference, key, lower in claims]
-        table = "\n".join(markdown_table([first, *CLAIM_HEADER[1:]], rows))
-        text += f"\n{title}, each paired by seed over {len(seeds)} seeds:\n\n{table}\n"
-    (OUT / "tables.md").write_text(text)
+                for claim, setting, reference, key, lower in claims if {setting, reference} <= set(settings)]
+        if rows:
+            table = "\n".join(markdown_table([first, *CLAIM_HEADER[1:]], rows))
+            text += f"\n{title}, each paired by seed over {len(seeds)} seeds:\n\n{table}\n"
+    (regime.out / "tables.md").write_text(text)
     print(text)
     return text
 
 
-def figure(seeds: range) -> None:
-    settings = read_settings(seeds)
-    draw_seed_bands({label: settings[setting] for label, setting in FIGURE.items()}, OUT / "val_loss_by_epoch.png")
+def figure(seeds: range, regime: Regime = DEMO) -> None:
+    settings = read_settings(seeds, regime)
+    draw_seed_bands({label: settings[setting] for label, setting in FIGURE.items()}, regime.out / "val_loss_by_epoch.png")
+
+
+def across_regimes(seeds: range, out: Path) -> str:
+    """``ACROSS`` in every regime of ``REGIMES`` whose runs of ``seeds`` are there (in its ``out``,
+    with the base's entropy recorded): a markdown table, a row a regime, lowest base entropy first,
+    into ``out``/across_regimes.md, and the figure ``across_regimes.png`` beside it."""
+    found = []
+    for regime in REGIMES.values():
+        figures = setting_figures(read_settings(seeds, regime))
+        entropies = {f["base_low_entropy"] for f in figures.get("baseline", {}).values()} - {None}
+        if entropies and all(figures.get(s) for _, s, r, _, _ in ACROSS for s in (s, r)):
+            found.append((regime.name, sum(entropies) / len(entropies),
+                          [paired(figures[s], figures[r], key) for _, s, r, key, _ in ACROSS]))
+    found.sort(key=lambda row: row[1])
+    header = ["regime", "base entropy of the held-out low half (nats)",
+              *[f"{what} [95% interval]" for what, *_ in ACROSS]]
+    rows = [[name, f"{entropy:.3f}", *[f"{difference_cell(d, 4)}: {verdict(d, lower)}" if d else "-"
+                                       for d, (*_, lower) in zip(differences, ACROSS)]]
+            for name, entropy, differences in found]
+    text = "\n".join(markdown_table(header, rows)) + "\n"
+    (out / "across_regimes.md").write_text(text)
+    draw_differences_by_entropy({what: [(entropy, differences[k], name) for name, entropy, differences in found]
+                                 for k, (what, *_) in enumerate(ACROSS)}, out / "across_regimes.png")
+    print(text)
+    return text
 
 
 def main() -> None:
     import torch
 
+    regime = regime_from(os.environ.get("REGIME"))
     device = demo.choose_device(os.environ.get("DEVICE", ""), torch.cuda.is_available())
     seeds = seeds_from(os.environ.get("SEEDS"))
     resume = os.environ.get("RESUME", "0") not in ("", "0")
     extra = [f"device={device}"] if device != "cpu" else []
-    demo.run_stages(demo.data_and_base_stages(*extra), demo.OUT, resume=True)  # the demo's, reused where done
-    demo.run_stages(stages(seeds, device), OUT, resume)
-    print(f"tables: {OUT / 'tables.md'}, figure: {OUT / 'val_loss_by_epoch.png'}")
+    demo.run_stages(regime.base_stages(*extra), regime.base_out, resume=True)  # the base, reused where done
+    demo.run_stages(stages(seeds, device, regime), regime.out, resume)
+    print(f"tables: {regime.out / 'tables.md'}, figure: {regime.out / 'val_loss_by_epoch.png'}")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@ the device and as many at once as it is told), and the tables, claim verdicts an
 writes from recorded runs. (`make reproduce` itself trains 13 settings of several seeds:
 docs/reproduction.md has its figures.)"""
 
+import dataclasses
+
 import pytest
 from conftest import fake_run
 
@@ -33,7 +35,7 @@ def test_every_setting_runs_with_every_seed_and_the_entrodrop_runs_wait_for_the_
     assert [job.name for job in jobs] == names
     for job, (name, config, overrides) in zip(jobs, runs):
         assert job.after == (("baseline_seed0",) if config == "cpt_entrodrop" else ())
-        assert job.outputs == [reproduce.OUT / name]
+        assert job.outputs == [reproduce.DEMO.out / name]
     # the tables and claims name only settings that run, and every figure they read has its digits
     for table in reproduce.TABLES.values():
         assert set(table.values()) <= set(reproduce.SETTINGS)
@@ -46,7 +48,7 @@ def test_every_setting_runs_with_every_seed_and_the_entrodrop_runs_wait_for_the_
 
 def test_each_run_is_the_demos_run_on_the_device_with_its_midpoint_filled_in(tmp_path, monkeypatch):
     monkeypatch.setattr(reproduce.demo, "base", lambda out=None: "outputs/demo/pretrain/checkpoints/step_600")
-    monkeypatch.setattr(reproduce, "midpoints", lambda: {"midpoint": 11.0, "half_midpoint": 5.5})
+    monkeypatch.setattr(reproduce, "midpoints", lambda regime: {"midpoint": 11.0, "half_midpoint": 5.5})
     jobs = {job.name: job for job in reproduce.jobs(range(2), "cuda")}
     argv = jobs["midpoint_half_seed1"].argv()
     assert argv[1:5] == ["run", "recipes/entrodrop_single_device.py", "--config", "configs/demo/cpt_entrodrop.yaml"]
@@ -57,8 +59,8 @@ def test_each_run_is_the_demos_run_on_the_device_with_its_midpoint_filled_in(tmp
     assert "device=cuda" not in reproduce.jobs(range(1), "cpu")[0].argv()
 
 
-def test_the_tables_pair_each_claim_by_seed_and_give_its_verdict_with_the_interval(tmp_path, monkeypatch):
-    monkeypatch.setattr(reproduce, "OUT", tmp_path)
+def test_the_tables_pair_each_claim_by_seed_and_give_its_verdict_with_the_interval(tmp_path):
+    regime = dataclasses.replace(reproduce.DEMO, out=tmp_path)
     seeds = range(3)
     # min val loss a seed: the baseline 1.60, 1.62, 1.59; EntroDrop 0.05 lower in every seed;
     # high-entropy targeting within 0.02 of EntroDrop either way; NEFTune 0.05 higher
@@ -70,7 +72,7 @@ def test_the_tables_pair_each_claim_by_seed_and_give_its_verdict_with_the_interv
             low = base + wobble[setting][seed] if setting in wobble else base + offset.get(setting, 0.0)
             run = fake_run(tmp_path, reproduce.run_name(setting, seed), [2.0, low, 1.7], groups=())
             (run / "torchtune_config.yaml").write_text(f"seed: {seed}\n")
-    text = reproduce.tables(seeds)
+    text = reproduce.tables(seeds, regime)
     assert (tmp_path / "tables.md").read_text() == text
     assert text.startswith("Table 4: gamma_max\n\n| setting | seeds |")
     assert "| gamma_max 0.1 | 3 | 2.00 [2.00, 2.00] | +0.00 [+0.00, +0.00] | 1.5533 [1.5400, 1.5700] " \
@@ -91,9 +93,9 @@ def test_the_tables_pair_each_claim_by_seed_and_give_its_verdict_with_the_interv
     import shutil
 
     shutil.rmtree(tmp_path / "neftune_seed2")
-    text = reproduce.tables(seeds)
+    text = reproduce.tables(seeds, regime)
     assert "| NEFTune (alpha 5) | 2 |" in text
-    reproduce.figure(seeds)
+    reproduce.figure(seeds, regime)
     assert (tmp_path / "val_loss_by_epoch.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -115,3 +117,40 @@ def test_on_a_gpu_the_base_and_every_run_train_there_and_the_warm_start_stays_on
     assert queued["parallel"] == 16 and queued["warm"] is False
     reproduce.train(range(2), "cpu")
     assert queued["warm"] is True
+
+
+def test_the_premise_regime_trains_the_papers_settings_on_its_own_base_and_charts_the_gain_across_regimes(tmp_path, monkeypatch):
+    """REGIME=premise: six settings from the premise base, by configs/premise, into their own folder;
+    its tables hold only the claims both of whose settings it trains, and its last stage sets each
+    regime's paired differences against the base's entropy of the held-out low half."""
+    premise = reproduce.regime_from("premise")
+    with pytest.raises(SystemExit, match="REGIME='paper': must be one of demo, premise"):
+        reproduce.regime_from("paper")
+    runs = reproduce.runs(range(10), premise)
+    assert len(runs) == 60 and runs[0][0] == "baseline_seed0"
+    assert {name.rsplit("_seed", 1)[0] for name, _, _ in runs} == set(premise.settings)
+    assert [title for title, _, _ in reproduce.stages(range(10), "cpu", premise)][-1] == \
+        "the gain across regimes over 10 seeds"
+
+    # fake runs of both regimes: EntroDrop 0.05 below the baseline in the premise regime, level in the demo's
+    regimes = {"demo": (0.72, 0.0), "premise": (0.08, -0.05)}
+    replaced = {}
+    for name, (entropy, gain) in regimes.items():
+        replaced[name] = dataclasses.replace(reproduce.REGIMES[name], out=tmp_path / name)
+        for setting in replaced[name].settings:
+            for seed in range(3):
+                loss = [1.60, 1.62, 1.59][seed] + (gain if setting == "entrodrop" else 0.0)
+                run = fake_run(replaced[name].out, reproduce.run_name(setting, seed), [2.0, loss, 1.7], groups=(),
+                               base_entropy={"all": 1.5, "low": entropy, "high": 3.0})
+                (run / "torchtune_config.yaml").write_text(f"seed: {seed}\n")
+    text = reproduce.tables(range(3), replaced["premise"])
+    assert "gamma_max 0.05" not in text and "Beyond the paper" not in text and "NEFTune" not in text
+    assert "| Table 4: gamma_max 0.1 lowers the validation loss, at the minimum |" in text
+    assert "base entropy 0.080" in text  # the fourth criterion, in the regime table
+    for name, regime in replaced.items():
+        monkeypatch.setitem(reproduce.REGIMES, name, regime)
+    chart = reproduce.across_regimes(range(3), tmp_path)
+    rows = [line for line in chart.splitlines() if line.startswith("| premise") or line.startswith("| demo")]
+    assert rows[0].startswith("| premise | 0.080 | -0.0500 [-0.0500, -0.0500]: holds |")
+    assert rows[1].startswith("| demo | 0.720 | +0.0000 [+0.0000, +0.0000]: not resolved |")
+    assert (tmp_path / "across_regimes.png").read_bytes()[:4] == b"\x89PNG"
