@@ -5,10 +5,11 @@
 
 The paper masks the low-entropy tokens because the base model already predicts them almost
 surely (its section 2 and figure 1c). The CPU demo's base does not: its held-out low half averages
-0.72 nats. Here the same decimal test cases are written as the decimal module's documentation writes
-a computation, one doctest a case (``doctest_case``): the line ``addx035 add '70'  '10000e+9' ->
-'1.00000000E+13' Inexact Rounded`` becomes the call ``ctx.add(Decimal('70'), Decimal('10000e+9'))``
-after the prompt and ``Decimal('1.00000000E+13')`` on the line beneath; and the same 0.67M Qwen3 is pre-trained on the other operations' cases in that form, three times as
+0.72 nats. Here the same decimal test cases are written as the decimal module's documentation
+writes a computation, one doctest a case (``doctest_case``): the line ``addx035 add '70'
+'10000e+9' -> '1.00000000E+13' Inexact Rounded`` becomes the call ``ctx.add(Decimal('70'),
+Decimal('10000e+9'))`` after the prompt and ``Decimal('1.00000000E+13')`` on the line beneath;
+and the same 0.67M Qwen3 is pre-trained on the other operations' cases in that form, three times as
 long as the demo's base, so the form (the prompt, the call, the quotes and the constructor) is what
 the base knows, and the operands and results are what it must learn (configs/premise/). Everything
 else is the demo's: the docstrings as general replay, the target's first blocks with every other one

@@ -13,7 +13,7 @@ from lm_eval.tasks import TaskManager
 from omegaconf import OmegaConf
 
 from entrodrop.analysis.report import read_run
-from entrodrop.experiments import demo
+from entrodrop.experiments import demo, premise
 
 TASKS = REPO / "entrodrop" / "tasks"
 
@@ -134,9 +134,8 @@ def test_the_cpu_runs_come_in_groups_after_the_base_each_group_after_the_baselin
 
 
 @pytest.mark.slow
-def test_the_target_is_blocks_of_addition_cases_half_held_out_and_the_base_never_sees_addition(tmp_path, monkeypatch):
-    monkeypatch.setattr(demo, "OUT", tmp_path)
-    demo.build_corpora()
+def test_the_target_is_blocks_of_addition_cases_half_held_out_and_the_base_never_sees_addition(tmp_path):
+    demo.build_corpora(tmp_path)
     read = lambda name: [json.loads(line)["text"] for line in (tmp_path / "corpora" / f"{name}.jsonl").open()]  # noqa: E731
     target, held_out, pretrain = read("target"), read("target_val"), read("pretrain_decimal")
     assert len(target) == len(held_out) == demo.TARGET_BLOCKS // 2
@@ -148,6 +147,22 @@ def test_the_target_is_blocks_of_addition_cases_half_held_out_and_the_base_never
     assert all(case.startswith("addx") for case in cases(target) | cases(held_out))
     operations = {line.split()[1] for b in pretrain for line in b.splitlines() if " -> " in line}
     assert "add" not in operations and "subtract" not in operations and {"multiply", "divide"} <= operations
+
+
+    # The premise regime's corpora: the same cases as doctests, 64 blocks, the same split and the same exclusions.
+    premise_out = tmp_path / "premise"
+    demo.build_corpora(premise_out, premise.doctest_blocks, premise.TARGET_BLOCKS)
+    read = lambda name: [json.loads(line)["text"] for line in (premise_out / "corpora" / f"{name}.jsonl").open()]  # noqa: E731
+    target, held_out, pretrain = read("target"), read("target_val"), read("pretrain_decimal")
+    assert len(target) == len(held_out) == premise.TARGET_BLOCKS // 2
+    calls = lambda blocks: [line for b in blocks for line in b.splitlines() if line.startswith(">>> ctx.") and "(" in line]  # noqa: E731
+    assert all(call.startswith(">>> ctx.add(Decimal('") for call in calls(target) + calls(held_out))
+    assert {call.split("(")[0] for call in calls(pretrain)} >= {">>> ctx.multiply", ">>> ctx.divide"}
+    assert not {call.split("(")[0] for call in calls(pretrain)} & {">>> ctx.add", ">>> ctx.subtract"}
+    # each call has its result on the next line, and no call is cut from its result at a block's end
+    for block in target + held_out + pretrain:
+        lines = block.splitlines()
+        assert all(lines[k + 1].startswith("Decimal('") for k, line in enumerate(lines) if "(" in line and line.startswith(">>>"))
 
 
 @pytest.mark.slow
