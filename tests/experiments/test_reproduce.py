@@ -121,7 +121,7 @@ def test_on_a_gpu_the_base_and_every_run_train_there_and_the_warm_start_stays_on
 
 def test_the_premise_regime_trains_the_papers_settings_on_its_own_base_and_charts_the_gain_across_regimes(tmp_path, monkeypatch):
     """REGIME=premise: six settings from the premise base, by configs/premise, into their own folder;
-    its tables hold only the claims both of whose settings it trains, and its last stage sets each
+    its tables hold only the claims both of whose settings it trains, and last it sets each
     regime's paired differences against the base's entropy of the held-out low half."""
     premise = reproduce.regime_from("premise")
     with pytest.raises(SystemExit, match="REGIME='paper': must be one of demo, premise"):
@@ -129,8 +129,7 @@ def test_the_premise_regime_trains_the_papers_settings_on_its_own_base_and_chart
     runs = reproduce.runs(range(10), premise)
     assert len(runs) == 60 and runs[0][0] == "baseline_seed0"
     assert {name.rsplit("_seed", 1)[0] for name, _, _ in runs} == set(premise.settings)
-    assert [title for title, _, _ in reproduce.stages(range(10), "cpu", premise)][-1] == \
-        "the gain across regimes over 10 seeds"
+    assert [title for title, _, _ in reproduce.stages(range(10), "cpu", premise)][0] == "6 settings x 10 seeds on cpu"
 
     # fake runs of both regimes: EntroDrop 0.05 below the baseline in the premise regime, level in the demo's
     regimes = {"demo": (0.72, 0.0), "premise": (0.08, -0.05)}
