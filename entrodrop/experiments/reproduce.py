@@ -280,12 +280,13 @@ def figure(seeds: range, regime: Regime = DEMO) -> None:
     draw_seed_bands({label: settings[setting] for label, setting in FIGURE.items()}, regime.out / "val_loss_by_epoch.png")
 
 
-def across_regimes(seeds: range, out: Path) -> str:
-    """``ACROSS`` in every regime of ``REGIMES`` whose runs of ``seeds`` are there (in its ``out``,
-    with the base's entropy recorded): a markdown table, a row a regime, lowest base entropy first,
-    into ``out``/across_regimes.md, and the figure ``across_regimes.png`` beside it."""
+def across_regimes(seeds: range, out: Path, regimes: Optional[list] = None) -> str:
+    """``ACROSS`` in every regime of ``regimes`` (default ``REGIMES``) whose runs of ``seeds`` are
+    there (in its ``out``, with the base's entropy recorded): a markdown table, a row a regime,
+    lowest base entropy first, into ``out``/across_regimes.md, and the figure ``across_regimes.png``
+    beside it."""
     found = []
-    for regime in REGIMES.values():
+    for regime in regimes or REGIMES.values():
         figures = setting_figures(read_settings(seeds, regime))
         entropies = {f["base_low_entropy"] for f in figures.get("baseline", {}).values()} - {None}
         if entropies and all(figures.get(s) for _, s, r, _, _ in ACROSS for s in (s, r)):
