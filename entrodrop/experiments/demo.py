@@ -37,12 +37,14 @@ One seed a run, to stay within 10 minutes: ``make reproduce`` (scripts/reproduce
 3 and 4 on the same base with several seeds of each setting, and pairs them by seed, which tells
 these differences from noise (docs/reproduction.md).
 
-Each stage marks itself done in <out>/.stages when it finishes. A demo starts afresh unless
-RESUME=1: then the done stages are skipped and the first one not done starts over from what it
-had written removed, so a demo that one call cannot hold finishes over several.
+Each stage marks itself done in <out>/.stages when it finishes. With RESUME=1 the done stages are
+skipped and the first one not done starts over from what it had written removed, so a demo that
+one call cannot hold finishes over several. Without it, a demo whose folder holds an earlier
+call's results stops before anything runs and says so: it never deletes them (``run_stages``).
 """
 
 import ast
+import contextlib
 import json
 import os
 import pydoc_data.topics
@@ -53,6 +55,7 @@ import sysconfig
 import time
 from functools import partial
 from pathlib import Path
+from typing import Optional
 
 from entrodrop.analysis.multi_seed import regime_table, run_figures, setting_figures, settings_table, verdict_lines
 from entrodrop.analysis.report import propose_midpoint, read_run, write_entropy_sample, write_report
@@ -195,16 +198,29 @@ def choose_device(requested: str, cuda_available: bool) -> str:
     return requested or ("cuda" if cuda_available else "cpu")
 
 
-def run_stages(stages: list, out: Path, resume: bool) -> None:
+def earlier_call(out: Path) -> Optional[str]:
+    """What an earlier call left in ``out``, in words (its finished stages and runs); None where
+    ``out`` is absent or empty."""
+    if not out.is_dir() or not any(out.iterdir()):
+        return None
+    counts = [(len(list((out / folder).glob("*.done"))), what) for folder, what in ((".stages", "stage"), (".runs", "run"))]
+    return ", ".join(f"{n} finished {what}{'s' * (n != 1)}" for n, what in counts)
+
+
+def run_stages(stages: list, out: Path, resume: bool, command: str = "make demo") -> None:
     """Run ``(title, fn, outputs)`` stages in order, marking each done in ``out/.stages``.
 
-    Without ``resume`` everything under ``out`` goes first: a fresh demo. With it, stages
-    marked done (under the same title) are skipped, and a stage that runs removes its
-    ``outputs`` first, which a killed attempt may have left half written.
+    With ``resume``, stages marked done (under the same title) are skipped, and a stage that runs
+    removes its ``outputs`` first, which a killed attempt may have left half written. Without it,
+    ``out`` must be absent or empty: an earlier call's results there stop ``command`` before
+    anything runs, in one line that offers both ways on (nothing is deleted).
     """
     start = time.perf_counter()
-    if out.exists() and not resume:
-        shutil.rmtree(out)
+    left = None if resume else earlier_call(out)
+    if left:
+        raise SystemExit(f"{command} stopped before anything ran: {out} holds an earlier call's results ({left}), "
+                         f"which it never deletes. RESUME=1 {command} continues them; to start afresh, move or "
+                         f"delete {out} first")
     marks = out / ".stages"
     marks.mkdir(parents=True, exist_ok=True)
     for k, (title, fn, outputs) in enumerate(stages, start=1):
@@ -225,10 +241,21 @@ def main() -> None:
 
     device = choose_device(os.environ.get("DEVICE", ""), torch.cuda.is_available())
     resume = os.environ.get("RESUME", "0") not in ("", "0")
-    if device == "cuda":
-        run_stages(gpu_stages(), GPU_OUT, resume)
-    else:
-        run_stages(cpu_stages(), OUT, resume)
+    with continue_hint("make demo"):
+        if device == "cuda":
+            run_stages(gpu_stages(), GPU_OUT, resume)
+        else:
+            run_stages(cpu_stages(), OUT, resume)
+
+
+@contextlib.contextmanager
+def continue_hint(command: str):
+    """Ctrl-C in ``command`` ends in one line that says how to continue, not a traceback."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise SystemExit(f"{command} interrupted: RESUME=1 {command} continues from the stages and runs it "
+                         "finished (those in flight start over)") from None
 
 
 def data_and_base_stages(*extra: str, out: Path = OUT, configs: str = CONFIGS, corpora=build_corpora) -> list:

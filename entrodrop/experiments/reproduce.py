@@ -314,8 +314,11 @@ def main() -> None:
     seeds = seeds_from(os.environ.get("SEEDS"))
     resume = os.environ.get("RESUME", "0") not in ("", "0")
     extra = [f"device={device}"] if device != "cpu" else []
-    demo.run_stages(regime.base_stages(*extra), regime.base_out, resume=True)  # the base, reused where done
-    demo.run_stages(stages(seeds, device, regime), regime.out, resume)
+    command = (f"SEEDS={os.environ['SEEDS']} " if os.environ.get("SEEDS") else "") + "make reproduce" + (
+        "" if regime is DEMO else f" REGIME={regime.name}")
+    with demo.continue_hint(command):
+        demo.run_stages(regime.base_stages(*extra), regime.base_out, resume=True)  # the base, reused where done
+        demo.run_stages(stages(seeds, device, regime), regime.out, resume, command)
     print(f"tables: {regime.out / 'tables.md'}, figure: {regime.out / 'val_loss_by_epoch.png'}")
     if regime is not DEMO:  # drawn anew each time (a second): RESUME=1 adds a regime trained since
         across_regimes(seeds, regime.out)

@@ -53,10 +53,32 @@ def test_stages_resume_where_a_killed_demo_stopped(tmp_path, capsys):
     assert "[1/3] one: done before, skipped" in capsys.readouterr().out
     demo.run_stages(stages, out, resume=True)  # all done: nothing runs
     assert ran == ["one", "two", "two", "three"]
-    # Without RESUME a demo starts afresh: everything goes, every stage runs.
+    # Without RESUME, an earlier call's results stop it before anything runs, and nothing is deleted.
     (out / "stray").write_text("x")
-    demo.run_stages(stages, out, resume=False)
-    assert ran[4:] == ["one", "two", "three"] and not (out / "stray").exists()
+    (out / ".runs").mkdir()
+    (out / ".runs" / "baseline.done").write_text("")
+    with pytest.raises(SystemExit) as stopped:
+        demo.run_stages(stages, out, resume=False, command="make reproduce")
+    assert str(stopped.value) == (
+        f"make reproduce stopped before anything ran: {out} holds an earlier call's results (3 finished stages, "
+        f"1 finished run), which it never deletes. RESUME=1 make reproduce continues them; to start afresh, move or "
+        f"delete {out} first")
+    assert ran == ["one", "two", "two", "three"] and (out / "stray").read_text() == "x"
+    assert (out / "one" / "part").read_text() == "whole"
+    # An empty folder, or none, is a fresh start.
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    stages = [("one", stage("one"), [out / "one"])]
+    out = fresh
+    demo.run_stages(stages, fresh, resume=False)
+    assert ran[-1] == "one" and (fresh / ".stages" / "01.done").read_text() == "one"
+
+
+def test_ctrl_c_in_an_experiment_ends_in_one_line_that_says_how_to_continue():
+    with pytest.raises(SystemExit, match=r"^make reproduce REGIME=premise interrupted: RESUME=1 make reproduce "
+                                         r"REGIME=premise continues from the stages and runs it finished"):
+        with demo.continue_hint("make reproduce REGIME=premise"):
+            raise KeyboardInterrupt
 
 
 def test_the_gpu_runs_share_the_baselines_compute_and_differ_only_in_their_switch():
