@@ -247,11 +247,12 @@ def stages(seeds: range, device: str, regime: Regime = DEMO) -> list:
             (f"the figure over {len(seeds)} seeds", partial(figure, seeds, regime), [out / "val_loss_by_epoch.png"])]
 
 
-def read_settings(seeds: range, regime: Regime = DEMO) -> dict:
-    """Each setting's runs, one a seed (a seed whose run is missing is left out: its pairs too)."""
+def read_settings(seeds: range, regime: Regime = DEMO, settings: Optional[tuple] = None) -> dict:
+    """Each setting's runs (of ``settings``, default all ``regime``'s), one a seed (a seed whose run
+    is missing is left out: its pairs too)."""
     present = lambda setting, s: (regime.out / run_name(setting, s)).is_dir()  # noqa: E731
     return {setting: [read_run(regime.out / run_name(setting, s)) for s in seeds if present(setting, s)]
-            for setting in regime.settings}
+            for setting in settings or regime.settings}
 
 
 def tables(seeds: range, regime: Regime = DEMO) -> str:
@@ -285,17 +286,18 @@ def across_regimes(seeds: range, out: Path, regimes: Optional[list] = None) -> s
     there (in its ``out``, with the base's entropy recorded): a markdown table, a row a regime,
     lowest base entropy first, into ``out``/across_regimes.md, and the figure ``across_regimes.png``
     beside it."""
+    needed = tuple({name: None for _, setting, reference, _, _ in ACROSS for name in (setting, reference)})
     found = []
     for regime in regimes or REGIMES.values():
-        figures = setting_figures(read_settings(seeds, regime))
+        figures = setting_figures(read_settings(seeds, regime, tuple(s for s in needed if s in regime.settings)))
         entropies = {f["base_low_entropy"] for f in figures.get("baseline", {}).values()} - {None}
-        if entropies and all(figures.get(s) for _, s, r, _, _ in ACROSS for s in (s, r)):
+        if entropies and all(figures.get(name) for name in needed):
             found.append((regime.name, sum(entropies) / len(entropies),
                           [paired(figures[s], figures[r], key) for _, s, r, key, _ in ACROSS]))
     found.sort(key=lambda row: row[1])
     header = ["regime", "base entropy of the held-out low half (nats)",
               *[f"{what} [95% interval]" for what, *_ in ACROSS]]
-    rows = [[name, f"{entropy:.3f}", *[f"{difference_cell(d, 4)}: {verdict(d, lower)}" if d else "-"
+    rows = [[name, f"{entropy:.3f}", *[f"{difference_cell(d, 4)}: {verdict(d, lower)}"
                                        for d, (*_, lower) in zip(differences, ACROSS)]]
             for name, entropy, differences in found]
     text = "\n".join(markdown_table(header, rows)) + "\n"

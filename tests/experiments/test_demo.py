@@ -31,10 +31,10 @@ def test_the_gpu_version_runs_where_a_gpu_is_unless_device_cpu_says_otherwise():
 def test_stages_resume_where_a_killed_demo_stopped(tmp_path, capsys):
     out, ran = tmp_path / "demo", []
 
-    def stage(name, fail=False):
+    def stage(name, fail=False, folder=out):
         def run():
-            (out / name).mkdir(parents=True)
-            (out / name / "part").write_text("half" if fail else "whole")
+            (folder / name).mkdir(parents=True)
+            (folder / name / "part").write_text("half" if fail else "whole")
             ran.append(name)
             if fail:
                 raise SystemExit(f"{name} killed")
@@ -68,10 +68,9 @@ def test_stages_resume_where_a_killed_demo_stopped(tmp_path, capsys):
     # An empty folder, or none, is a fresh start.
     fresh = tmp_path / "fresh"
     fresh.mkdir()
-    stages = [("one", stage("one"), [out / "one"])]
-    out = fresh
-    demo.run_stages(stages, fresh, resume=False)
+    demo.run_stages([("one", stage("one", folder=fresh), [fresh / "one"])], fresh, resume=False)
     assert ran[-1] == "one" and (fresh / ".stages" / "01.done").read_text() == "one"
+    assert (fresh / "one" / "part").read_text() == "whole"
 
 
 def test_ctrl_c_in_an_experiment_ends_in_one_line_that_says_how_to_continue():

@@ -119,7 +119,7 @@ def test_on_a_gpu_the_base_and_every_run_train_there_and_the_warm_start_stays_on
     assert queued["warm"] is True
 
 
-def test_the_premise_regime_trains_the_papers_settings_on_its_own_base_and_charts_the_gain_across_regimes(tmp_path, monkeypatch):
+def test_the_premise_regime_trains_the_papers_settings_on_its_own_base_and_charts_the_gain_across_regimes(tmp_path):
     """REGIME=premise: six settings from the premise base, by configs/premise, into their own folder;
     its tables hold only the claims both of whose settings it trains, and last it sets each
     regime's paired differences against the base's entropy of the held-out low half."""
@@ -146,9 +146,7 @@ def test_the_premise_regime_trains_the_papers_settings_on_its_own_base_and_chart
     assert "gamma_max 0.05" not in text and "Beyond the paper" not in text and "NEFTune" not in text
     assert "| Table 4: gamma_max 0.1 lowers the validation loss, at the minimum |" in text
     assert "base entropy 0.080" in text  # the fourth criterion, in the regime table
-    for name, regime in replaced.items():
-        monkeypatch.setitem(reproduce.REGIMES, name, regime)
-    chart = reproduce.across_regimes(range(3), tmp_path)
+    chart = reproduce.across_regimes(range(3), tmp_path, list(replaced.values()))
     rows = [line for line in chart.splitlines() if line.startswith("| premise") or line.startswith("| demo")]
     assert rows[0].startswith("| premise | 0.080 | -0.0500 [-0.0500, -0.0500]: holds |")
     assert rows[1].startswith("| demo | 0.720 | +0.0000 [+0.0000, +0.0000]: not resolved |")
