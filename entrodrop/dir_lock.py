@@ -5,7 +5,9 @@ run the store it writes (``entrodrop.data.token_stores``). A second process is r
 line naming the process and host that hold the lock. The kernel releases a ``flock`` when its
 holder dies, however it died: a lock file that a killed process left behind is held by no one and
 is taken over silently, so it is never stale as a PID file would be. The file holds the holder's
-PID, host and start time, for the message only; a store's writer removes it when it ends
+PID, host and start time, for the message, and the config key it was taken for; a training run
+adds the output directory it belongs to (``entrodrop.train.run_lock``), so that a later run can
+tell another run's folder from its own. A store's writer removes it when it ends
 (``release_dir_lock``).
 """
 
@@ -15,33 +17,39 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, Any, Dict, Mapping, Optional
 
 from entrodrop.errors import OutputDirError
 
 LOCK_NAME = ".run.lock"
 
 
-def take_dir_lock(directory: Path, key: str) -> IO[str]:
-    """The lock file of ``directory`` (the config's ``key``), locked, with this process named in it."""
+def take_dir_lock(directory: Path, key: str, mark: Optional[Mapping[str, Any]] = None,
+                  what: Optional[str] = None) -> IO[str]:
+    """The lock file of ``directory`` (the config's ``key``), locked, with this process, ``key`` and
+    ``mark`` written in it. A refusal names the directory as ``what`` (default ``key=directory``)."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / LOCK_NAME
     while True:
-        lock = open(path, "a+")  # created if absent, never emptied before it is held
+        try:
+            lock = open(path, "a+")  # created if absent, never emptied before it is held
+        except IsADirectoryError:
+            raise OutputDirError(f"{path} is a folder, where a run keeps its lock file: it is not one this project "
+                                 f"made. Move it out of {directory}, or write elsewhere with another {key}") from None
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             lock.seek(0)
             holder = _holder(lock.read())
             lock.close()
-            raise OutputDirError(f"{key}={directory} is in use by another run: {holder}, holds {path}. Wait for it "
-                                 f"to end, or stop it, or write elsewhere with another {key}") from None
+            raise OutputDirError(f"{what or f'{key}={directory}'} is in use by another run: {holder}, holds {path}. "
+                                 f"Wait for it to end, or stop it, or write elsewhere with another {key}") from None
         if path.exists() and os.path.samefile(path, lock.name):
             break
         lock.close()  # its holder removed it as it let go (release_dir_lock): lock the file at the path now
     lock.truncate(0)
     lock.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                           "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}) + "\n")
+                           "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "key": key, **(mark or {})}) + "\n")
     lock.flush()
     return lock
 
@@ -51,6 +59,34 @@ def release_dir_lock(lock: IO[str]) -> None:
     only what was written into it (a token store)."""
     Path(lock.name).unlink(missing_ok=True)
     lock.close()
+
+
+def lock_record(path: Path) -> Optional[Dict[str, Any]]:
+    """What the lock file ``path`` says (``take_dir_lock``): None where there is none, ``{}`` where
+    it says nothing readable (a run that is starting, or a file that is not a lock)."""
+    try:
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):  # a directory, unreadable bytes, half a line
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def live_holder(path: Path) -> Optional[str]:
+    """Who holds the lock file ``path`` now (``PID <pid> on host <host>, started <time>``), or None
+    where no live process does. Probed with a shared lock, let go at once."""
+    try:
+        probe = open(path)
+    except OSError:  # absent, or not a file
+        return None
+    with probe:
+        try:
+            fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _holder(probe.read())
+        fcntl.flock(probe, fcntl.LOCK_UN)
+    return None
 
 
 def _holder(text: str) -> str:

@@ -94,9 +94,25 @@ def test_a_run_into_a_checkpoint_dir_another_live_run_holds_is_refused_before_it
     with hold_run_dir(str(tmp_path / "first"), others={"checkpointer.output_dir": cfg.checkpointer.output_dir}):
         recipe = EntroDropRecipeSingleDevice(cfg)
         with pytest.raises(OutputDirError, match=re.escape(
-                f"checkpointer.output_dir={tmp_path / 'checkpoints'} is in use by another run: PID {os.getpid()} ")):
+                f"checkpointer.output_dir={tmp_path / 'checkpoints'} belongs to another run (output_dir="
+                f"{tmp_path / 'first'}, training now: PID {os.getpid()} ")):
             recipe.setup(cfg)
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [LOCK_NAME]
+
+
+def test_overwrite_into_a_live_runs_checkpoint_folder_is_one_line_and_moves_nothing(data, tune_run, tmp_path):
+    # The audit's case: checkpointer.output_dir inside another run's output_dir, which trains now (this
+    # process holds it), and overwrite=True, which moved that run's checkpoints aside before.
+    (tmp_path / "A" / "checkpoints" / "step_10").mkdir(parents=True)
+    (tmp_path / "A" / "checkpoints" / "step_10" / "model.safetensors").write_text("A's weights")
+    with hold_run_dir(str(tmp_path / "A")):
+        message = only_the_message(tune_run(*TRAIN, *data, f"output_dir={tmp_path / 'B'}", NO_TASKS, "overwrite=True",
+                                            f"checkpointer.output_dir={tmp_path / 'A' / 'checkpoints'}"))
+    assert message.splitlines()[-1].startswith(
+        f"checkpointer.output_dir={tmp_path / 'A' / 'checkpoints'} is inside {tmp_path / 'A'}, which belongs to "
+        f"another run (output_dir={tmp_path / 'A'}, training now: PID {os.getpid()} on host ")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["A"]
+    assert (tmp_path / "A" / "checkpoints" / "step_10" / "model.safetensors").read_text() == "A's weights"
 
 
 # ---------------------------------------------------------------------------- YAML

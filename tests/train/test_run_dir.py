@@ -3,6 +3,9 @@ call it: earlier runs, a fresh start over them or moving them aside, resume (its
 its stores), pruning checkpoints."""
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -371,7 +374,8 @@ def test_overwrite_leaves_the_lock_of_a_checkpoint_dir_outside_output_dir_held_w
         [moved] = tmp_path.glob("checkpoints.replaced-*")
         assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [LOCK_NAME]
         assert (moved / "step_4" / RECIPE_STATE_FNAME).is_file() and not (moved / LOCK_NAME).exists()
-        with pytest.raises(OutputDirError, match="^checkpointer.output_dir=.* is in use by another run"):
+        with pytest.raises(OutputDirError, match=r"^checkpointer.output_dir=.* belongs to another run \(output_dir="
+                                                 f"{tmp_path / 'run'}, training now: PID {os.getpid()} "):
             hold_run_dir(str(tmp_path / "other"), others={"checkpointer.output_dir": cfg.checkpointer.output_dir})
 
 
@@ -484,3 +488,105 @@ def test_overwrite_refuses_to_move_aside_a_folder_that_holds_what_the_run_reads(
     cfg.checkpointer.checkpoint_dir = str(REPO / "assets" / "tiny" / "qwen3")
     cfg.data.target_tokens = str(tmp_path / "elsewhere")  # inputs outside what moves: it moves
     assert len(find_earlier_run(cfg)) == 1
+
+
+# ------------------------------------------------- another run's folders: never written into, never moved
+
+LIVE_RUN = """
+import sys, time
+from omegaconf import OmegaConf
+from entrodrop.train.run_lock import hold_run_dirs
+lock = hold_run_dirs(OmegaConf.load(sys.argv[1]))
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.fixture
+def other_run(tmp_path):
+    """Another run in ``tmp_path/A`` that saved step_4: ``other_run(live)`` returns its config, and
+    while ``live`` a second process holds its folders as a training run does until it ends."""
+    holders = []
+
+    def start(live: bool, **settings):
+        cfg = training_cfg(tmp_path / "A", **settings)
+        with hold_run_dirs(cfg):
+            save_state(cfg, 4)
+        if live:
+            OmegaConf.save(cfg, tmp_path / "A.yaml")
+            holders.append(subprocess.Popen([sys.executable, "-c", LIVE_RUN, str(tmp_path / "A.yaml")], cwd=REPO,
+                                            stdout=subprocess.PIPE, text=True))
+            assert holders[-1].stdout.readline() == "held\n"
+        return cfg
+
+    yield start
+    for holder in holders:
+        holder.kill()
+        holder.communicate()
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["ended", "live"])
+@pytest.mark.parametrize("key", ["checkpointer.output_dir", "metric_logger.log_dir"])
+def test_a_folder_inside_another_runs_output_dir_is_refused_naming_that_run_and_nothing_is_moved(
+        tmp_path, other_run, live, key):
+    other_run(live)
+    before = files_of(tmp_path / "A")
+    cfg = training_cfg(tmp_path / "B", overwrite=True, **{key: str(tmp_path / "A" / "checkpoints")})
+    with pytest.raises(OutputDirError) as refused:
+        hold_run_dirs(cfg)
+    state = (f"training now: PID {json.loads((tmp_path / 'A' / LOCK_NAME).read_text())['pid']} on host "
+             if live else "ended)")
+    assert str(refused.value).startswith(f"{key}={tmp_path / 'A' / 'checkpoints'} is inside {tmp_path / 'A'}, which "
+                                         f"belongs to another run (output_dir={tmp_path / 'A'}, {state}")
+    assert str(refused.value).endswith(". Nothing was moved or written: give this run an output_dir, "
+                                       "checkpointer.output_dir and metric_logger.log_dir outside that run's folders")
+    assert files_of(tmp_path / "A") == before and not (tmp_path / "B").exists()
+    cfg.output_dir = str(tmp_path / "A" / "B")  # a run's output_dir inside another run's: the same
+    with pytest.raises(OutputDirError, match=r"^output_dir=\S+/A/B is inside \S+/A, which belongs to another run"):
+        hold_run_dirs(cfg)
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["ended", "live"])
+def test_a_checkpoint_folder_another_run_wrote_outside_its_output_dir_is_refused_while_that_run_exists(
+        tmp_path, other_run, live):
+    other_run(live, **{"checkpointer.output_dir": str(tmp_path / "checkpoints")})
+    cfg = training_cfg(tmp_path / "B", overwrite=True, **{"checkpointer.output_dir": str(tmp_path / "checkpoints")})
+    with pytest.raises(OutputDirError, match=rf"^checkpointer.output_dir={tmp_path}/checkpoints belongs to another "
+                                             rf"run \(output_dir={tmp_path}/A, {'training now' if live else 'ended'}"):
+        hold_run_dirs(cfg)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [LOCK_NAME, "step_4"]
+    if not live:  # that run's folder gone (moved or deleted by its user): the folder is free
+        (tmp_path / "A").rename(tmp_path / "A.old")
+        with hold_run_dirs(cfg):
+            assert json.loads((tmp_path / "checkpoints" / LOCK_NAME).read_text())["run"] == str(tmp_path / "B")
+
+
+def test_overwrite_never_moves_a_folder_that_holds_another_runs_folder(tmp_path, other_run):
+    other_run(False, **{"checkpointer.output_dir": str(tmp_path / "B" / "from_A")})  # A's checkpoints inside B
+    cfg = training_cfg(tmp_path / "B")
+    with hold_run_dirs(cfg):
+        save_state(cfg, 2)  # B's own earlier run
+        before = files_of(tmp_path)
+        cfg.overwrite = True
+        with pytest.raises(OutputDirError) as refused:
+            find_earlier_run(cfg)
+        assert str(refused.value) == (
+            f"overwrite=True would move another run's folder aside: output_dir={tmp_path / 'B'} holds "
+            f"{tmp_path / 'B' / 'from_A'}, which belongs to another run (output_dir={tmp_path / 'A'}, ended). Nothing "
+            "was moved: give this run an output_dir of its own")
+        assert files_of(tmp_path) == before
+
+
+def test_only_training_runs_locks_make_a_folder_anothers(tmp_path):
+    """A lock that a token store's writer or a ``make demo`` call left above a run is no run's; a
+    lock from before locks named their run is the run's whose folder holds it."""
+    (tmp_path / LOCK_NAME).write_text(json.dumps({"pid": 1, "host": "h", "started": "t", "key": "make demo"}))
+    with hold_run_dirs(training_cfg(tmp_path / "run")):
+        pass
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / LOCK_NAME).write_text(json.dumps({"pid": 1, "host": "h", "started": "t"}))
+    with pytest.raises(OutputDirError, match=rf"^output_dir={tmp_path}/old/run is inside {tmp_path}/old, which "
+                                             rf"belongs to another run \(output_dir={tmp_path}/old, ended\)"):
+        hold_run_dirs(training_cfg(tmp_path / "old" / "run"))
+    with hold_run_dirs(training_cfg(tmp_path / "old")):  # its own folder: that run, resumed
+        pass

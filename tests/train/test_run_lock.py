@@ -97,12 +97,12 @@ def test_a_checkpoint_or_log_dir_outside_output_dir_is_locked_too_and_one_inside
         with pytest.raises(OutputDirError) as refused:
             hold_run_dirs(second)
         assert str(refused.value) == (
-            f"checkpointer.output_dir={tmp_path / 'shared_checkpoints'} is in use by another run: PID {os.getpid()} on "
-            f"host {socket.gethostname()}, started {json.loads((tmp_path / 'first' / LOCK_NAME).read_text())['started']}"
-            f", holds {tmp_path / 'shared_checkpoints' / LOCK_NAME}. Wait for it to end, or stop it, or write "
-            "elsewhere with another checkpointer.output_dir")
+            f"checkpointer.output_dir={tmp_path / 'shared_checkpoints'} belongs to another run (output_dir="
+            f"{tmp_path / 'first'}, training now: PID {os.getpid()} on host {socket.gethostname()}, started "
+            f"{json.loads((tmp_path / 'first' / LOCK_NAME).read_text())['started']}). Nothing was moved or written: "
+            "give this run an output_dir, checkpointer.output_dir and metric_logger.log_dir outside that run's folders")
         second.checkpointer.output_dir = str(tmp_path / "second" / "checkpoints")
-        with pytest.raises(OutputDirError, match=r"^metric_logger.log_dir=\S+shared_logs is in use by another run"):
+        with pytest.raises(OutputDirError, match=r"^metric_logger.log_dir=\S+shared_logs belongs to another run"):
             hold_run_dirs(second)
         # A refused run holds nothing: the lock of its own output_dir, taken first, was released.
         second.metric_logger.log_dir = str(tmp_path / "second" / "logs")
