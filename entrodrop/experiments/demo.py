@@ -60,6 +60,8 @@ from typing import Optional
 from entrodrop.analysis.multi_seed import regime_table, run_figures, setting_figures, settings_table, verdict_lines
 from entrodrop.analysis.report import propose_midpoint, read_run, write_entropy_sample, write_report
 from entrodrop.checkpointing import latest_checkpoint
+from entrodrop.dir_lock import LOCK_NAME, live_holder, release_dir_lock, take_dir_lock
+from entrodrop.errors import OutputDirError
 from entrodrop.run_queue import RUN_ENV, Job, run_jobs
 
 REPO = Path(__file__).resolve().parents[2]  # the checkout: its configs/, assets/ and outputs/
@@ -201,7 +203,7 @@ def choose_device(requested: str, cuda_available: bool) -> str:
 def earlier_call(out: Path) -> Optional[str]:
     """What an earlier call left in ``out``, in words (its finished stages and runs); None where
     ``out`` is absent or empty."""
-    if not out.is_dir() or not any(out.iterdir()):
+    if not out.is_dir() or all(p.name == LOCK_NAME for p in out.iterdir()):
         return None
     counts = [(len(list((out / folder).glob("*.done"))), what) for folder, what in ((".stages", "stage"), (".runs", "run"))]
     return ", ".join(f"{n} finished {what}{'s' * (n != 1)}" for n, what in counts)
@@ -213,8 +215,22 @@ def run_stages(stages: list, out: Path, resume: bool, command: str = "make demo"
     With ``resume``, stages marked done (under the same title) are skipped, and a stage that runs
     removes its ``outputs`` first, which a killed attempt may have left half written. Without it,
     ``out`` must be absent or empty: an earlier call's results there stop ``command`` before
-    anything runs, in one line that offers both ways on (nothing is deleted).
+    anything runs, in one line that offers both ways on (nothing is deleted). One call at a time
+    writes ``out``: a second, resumed or not, stops before anything runs, naming the first.
     """
+    try:
+        lock = take_dir_lock(out, command)
+    except OutputDirError:
+        raise SystemExit(f"{command} stopped before anything ran: another call writes into {out} now "
+                         f"({live_holder(out / LOCK_NAME)}); wait for it to end, or stop it") from None
+    try:
+        _run_stages(stages, out, resume, command)
+    finally:
+        release_dir_lock(lock)
+
+
+def _run_stages(stages: list, out: Path, resume: bool, command: str) -> None:
+    """``run_stages``, once it holds ``out``."""
     start = time.perf_counter()
     left = None if resume else earlier_call(out)
     if left:

@@ -3,6 +3,8 @@ of each version, the held-out target task they are scored on, and the tables 3 a
 report writes. (The CPU demo itself runs in `make demo`; the GPU version needs a GPU.)"""
 
 import json
+import subprocess
+import sys
 
 import lm_eval
 import pytest
@@ -71,6 +73,39 @@ def test_stages_resume_where_a_killed_demo_stopped(tmp_path, capsys):
     demo.run_stages([("one", stage("one", folder=fresh), [fresh / "one"])], fresh, resume=False)
     assert ran[-1] == "one" and (fresh / ".stages" / "01.done").read_text() == "one"
     assert (fresh / "one" / "part").read_text() == "whole"
+
+
+LIVE_CALL = """
+import sys, time
+from pathlib import Path
+from entrodrop.experiments import demo
+
+def stage():
+    (Path(sys.argv[1]) / "run").mkdir()
+    (Path(sys.argv[1]) / "run" / "part").write_text("half")
+    print("running", flush=True)
+    time.sleep(120)
+
+demo.run_stages([("stage", stage, [Path(sys.argv[1]) / "run"])], Path(sys.argv[1]), resume=True)
+"""
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_a_second_call_into_a_folder_a_live_call_writes_stops_before_anything_runs(tmp_path, resume):
+    # Resumed, the second would remove what the first writes now (a stage not done starts over from nothing).
+    out = tmp_path / "demo"
+    first = subprocess.Popen([sys.executable, "-c", LIVE_CALL, str(out)], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert first.stdout.readline().startswith("[1/1] stage") and first.stdout.readline() == "running\n"
+        with pytest.raises(SystemExit) as stopped:
+            demo.run_stages([("stage", lambda: None, [out / "run"])], out, resume=resume, command="make demo")
+        assert str(stopped.value).startswith(f"make demo stopped before anything ran: another call writes into {out} "
+                                             f"now (PID {first.pid} on host ")
+        assert str(stopped.value).endswith("); wait for it to end, or stop it")
+        assert (out / "run" / "part").read_text() == "half"
+    finally:
+        first.kill()
+        first.communicate()
 
 
 def test_ctrl_c_in_an_experiment_ends_in_one_line_that_says_how_to_continue():
