@@ -29,7 +29,7 @@ from importlib.util import find_spec
 from pathlib import Path
 
 import torch.distributed as dist
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from torchtune import config, training, utils
 
 from entrodrop import devices
@@ -38,6 +38,7 @@ from entrodrop.config import cli, schemas
 from entrodrop.errors import CheckpointError, raise_problems
 from entrodrop.eval.evaluator import Evaluator
 from entrodrop.eval.offline import (
+    check_validation_stores,
     checkpoint_progress,
     checkpoints_to_score,
     decided_on_rank_zero,
@@ -85,6 +86,9 @@ class EvaluateRecipe:
         self._tasks = [t for ts in self._task_groups.values() for t in ts]
         self._todo = self._pending(cfg)
         task_manager = task_index(ev.lm_eval)
+        if ev.validation.target_tokens and self._todo:  # as training checks them, before any model loads
+            check_validation_stores(cfg.checkpoints, ev.validation.target_tokens, ev.validation.target_entropy,
+                                    OmegaConf.to_container(cfg.tokenizer, resolve=True), self._todo[0])
         validation = open_validation(ev.validation.target_tokens, ev.validation.target_entropy)
         if not self._todo:
             return

@@ -168,3 +168,40 @@ def store_changes(saved: Mapping[str, Mapping[str, Any]], current: Mapping[str, 
                             f"{then['path']}): {_what_differs(then['identity'], now['identity'])}; set {key} to the "
                             "store the checkpoint trained on")
     return problems
+
+
+def check_evaluation_stores(trained: Optional[Mapping[str, Mapping[str, Any]]], tokens: str, entropy: str,
+                            tokenizer_cfg: Mapping[str, Any], trained_with: str) -> None:
+    """What training checks of its validation stores, for an offline evaluation of a run's
+    checkpoints: the held-out token store ``tokens`` was made with ``tokenizer_cfg``, and, where
+    ``trained`` holds the identities of the stores the run trained with (a checkpoint's
+    ``"stores"``; None where it saved none), it is neither of its training stores, and the entropy
+    cache ``entropy`` was computed by the model that computed the run's. ``trained_with``: the
+    checkpoint that kept ``trained``, for the messages. Manifests and tables only.
+
+    Raises:
+        ConfigError: the validation store is one of the run's training stores.
+        CacheMismatchError: a store of another tokenizer, or a cache of another model.
+    """
+    key = "evaluation.validation.target_tokens"
+    now = store_identities({key: tokens})[key]
+    identities = {k: {"path": None, "identity": None} for k in TOKEN_STORES}
+    identities.update({k: v for k, v in (trained or {}).items() if k in TOKEN_STORES})
+    identities[key] = now
+    stores = {k: identities[k]["path"] for k in TOKEN_STORES}
+    problems = [f"{p} (the stores {trained_with} was trained with)" for p in same_store_problems(identities, stores)
+                if p.startswith(key)]
+    if problems:
+        raise ConfigError("\n".join(problems))
+    problems = tokenizer_problems({k: v if k == key else {"identity": None} for k, v in identities.items()},
+                                  stores, tokenizer_cfg)
+    if problems:
+        raise CacheMismatchError("\n".join(problems))
+    cached = store_identity(entropy)
+    models = {(v["identity"] or {}).get("key", {}).get("model") for k, v in (trained or {}).items() if k in ENTROPY_CACHES}
+    models.discard(None)
+    if cached is not None and models and cached["key"].get("model") not in models:
+        raise CacheMismatchError(
+            f"the entropy cache {entropy} was computed by another model (fingerprint {cached['key'].get('model')}) than "
+            f"the entropy caches {trained_with} was trained with ({', '.join(sorted(models))}): compute it with the "
+            "run's base model (recipes/precompute_entropy.py, its checkpointer.checkpoint_dir)")

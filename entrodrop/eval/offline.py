@@ -6,11 +6,15 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
+import torch
 import torch.distributed as dist
 from omegaconf import DictConfig
 from torchtune import utils
 
-from entrodrop.checkpointing import PROGRESS_FNAME, checkpoint_problem
+from entrodrop.checkpointing import PROGRESS_FNAME, RECIPE_STATE_FNAME, checkpoint_problem, latest_checkpoint
+from entrodrop.data.entropy_cache import model_vocab_size
+from entrodrop.data.sample_store import SampleStore
+from entrodrop.data.store_identity import check_evaluation_stores
 from entrodrop.errors import IncompleteCheckpointError, ScoringPathError
 from entrodrop.eval.records import already_scored, read_evaluations
 
@@ -136,6 +140,36 @@ def scorable_checkpoints(path: str) -> List[Path]:
             "scored:\n  " + "\n  ".join(broken) + "\nMove them out of the way (or point checkpoints at one "
             "complete checkpoint directory) and run again")
     return found
+
+
+def trained_stores(checkpoints: str) -> Tuple[Optional[Dict[str, Any]], Optional[Path]]:
+    """The identities of the stores the run that saved ``checkpoints`` trained with (its newest
+    checkpoint's training state keeps them: ``"stores"``), and that checkpoint; ``(None, None)``
+    for a checkpoint that is not a run's, whose state is pruned, or from before they were kept.
+    A state that cannot be read is named where it is read (a resume), not here."""
+    path = Path(checkpoints)
+    newest = path if (path / RECIPE_STATE_FNAME).is_file() else latest_checkpoint(checkpoints) if path.is_dir() else None
+    if newest is None:
+        return None, None
+    try:
+        state = torch.load(newest / RECIPE_STATE_FNAME, weights_only=False, mmap=True)
+    except Exception:  # noqa: BLE001  (a damaged state: no identities to compare)
+        return None, None
+    stores = state.get("stores") if isinstance(state, dict) else None
+    return (stores, newest) if stores else (None, None)
+
+
+def check_validation_stores(checkpoints: str, tokens: str, entropy: Optional[str], tokenizer_cfg: Dict[str, Any],
+                            scored: Path) -> None:
+    """Before an offline evaluation loads a model, what training checks of its validation stores:
+    the held-out store is of this tokenizer and none the run trained on, its entropy cache is of
+    the run's base model (``check_evaluation_stores``, against ``trained_stores``), and every value
+    of the cache is an entropy over the vocabulary of the checkpoint ``scored`` (a value out of range
+    would put tokens in the wrong bucket)."""
+    trained, newest = trained_stores(checkpoints)
+    check_evaluation_stores(trained, tokens, entropy, tokenizer_cfg, str(newest))
+    if entropy:
+        SampleStore(entropy, "entropy").check_entropies(model_vocab_size(str(scored)))
 
 
 def checkpoint_progress(checkpoint: Path) -> Dict[str, Any]:

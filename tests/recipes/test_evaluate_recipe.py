@@ -10,11 +10,14 @@ import os
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from conftest import REPO
 from omegaconf import OmegaConf
 
+from entrodrop.errors import CacheMismatchError, ConfigError
 from entrodrop.eval.offline import decided_on_rank_zero, hf_lm, task_size
 from entrodrop.eval.records import already_scored
 
@@ -145,6 +148,53 @@ def test_bad_input_is_refused_before_anything_is_scored(trained, data, tune_run,
         result = evaluate(tune_run, data, run, *overrides, check=False)
         for message in expected:
             assert result.returncode != 0 and message in result.stderr, (overrides, message, result.stderr[-3000:])
+    assert (run / "eval" / "evals.jsonl").read_text() == before
+
+
+def evaluate_setup(run: Path, data: list, **validation: str):
+    """recipes/evaluate.py's start-up, in this process, on ``run`` with the ``data``'s validation
+    stores but for ``validation`` (``evaluation.validation.<key>``: a path)."""
+    from recipes.evaluate import EvaluateRecipe
+
+    overrides = [*validation_overrides(data), *(f"evaluation.validation.{k}={v}" for k, v in validation.items())]
+    cfg = OmegaConf.merge(OmegaConf.load(REPO / CONFIG), OmegaConf.from_dotlist([f"output_dir={run}", *overrides]))
+    EvaluateRecipe(cfg).setup(cfg)
+
+
+def test_evaluation_checks_its_validation_stores_as_training_does_before_a_model_loads(trained, data, tmp_path,
+                                                                                     monkeypatch):
+    stores = dict(arg.split("=", 1) for arg in data)
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    before = (run / "eval" / "evals.jsonl").read_text()
+    # The last check before the model is built: the checkpoints' config.json against it.
+    monkeypatch.setattr("recipes.evaluate.model_config_problems", lambda *a: pytest.fail("a model was about to load"))
+    newest = run / "checkpoints" / "step_15"
+    # The run's training target store (and its cache) as the held-out one: it scored 6.80 for 6.90 before.
+    with pytest.raises(ConfigError) as refused:
+        evaluate_setup(run, data, target_tokens=stores["data.target_tokens"], target_entropy=stores["data.target_entropy"])
+    assert str(refused.value).startswith(
+        f"evaluation.validation.target_tokens and data.target_tokens are the same token store "
+        f"({Path(stores['data.target_tokens']).resolve()}): validation would score the data the run trains on")
+    assert str(refused.value).endswith(f"(the stores {newest} was trained with)")
+    copy = tmp_path / "target_copy"  # the same samples at another path
+    shutil.copytree(stores["data.target_tokens"], copy)
+    with pytest.raises(ConfigError, match=rf"are the same token store \(\S+ and {copy} hold the same samples\)"):
+        evaluate_setup(run, data, target_tokens=str(copy), target_entropy=stores["data.target_entropy"])
+    # A validation cache overwritten with +inf at its size, and one of another model.
+    cache = tmp_path / "entropy_val"
+    shutil.copytree(stores["evaluation.validation.target_entropy"], cache)
+    shard = cache / "shard-00000" / "entropy.npy"
+    values = np.load(shard)
+    shard.write_bytes(shard.read_bytes()[: -values.nbytes] + np.full_like(values, np.inf).tobytes())
+    with pytest.raises(CacheMismatchError, match=f"^the entropy cache {cache} holds values that are not entropies:"):
+        evaluate_setup(run, data, target_entropy=str(cache))
+    manifest = json.loads((cache / "manifest.json").read_text())
+    manifest["key"]["model"] = "0123456789abcdef"
+    (cache / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CacheMismatchError, match=f"^the entropy cache {cache} was computed by another model "
+                                                 r"\(fingerprint 0123456789abcdef\) than the entropy caches "):
+        evaluate_setup(run, data, target_entropy=str(cache))
     assert (run / "eval" / "evals.jsonl").read_text() == before
 
 
