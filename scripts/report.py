@@ -48,6 +48,8 @@ def main() -> None:
                         help="a training config: draw one of its held-out samples shaded by entropy (figure 5c)")
     parser.add_argument("--sample-index", type=int, default=0, help="which held-out sample (--entropy-sample)")
     args = parser.parse_args()
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        parser.error(f"--out {args.out} is a file, and nothing was written: give a folder, for the plots and table.md")
     runs, problems = [], []
     for run_dir in args.runs:
         try:

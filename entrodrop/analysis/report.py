@@ -350,6 +350,8 @@ def write_report(runs: List[Dict], out_dir: str, target_group: Optional[str] = N
     kept = {group: {id(e) for e in evals} for group, evals in shown.items()}
     notes = [note for note in map(epochless_note, runs) if note]
     notes += [note for note in (left_out_note(runs, group, shown[group]) for group in groups) if note]
+    if not any("val_loss" in e for run in runs for e in run["evals"]):
+        notes.append("no run has a validation record (val_loss): val_loss_by_entropy.png is empty")
     if given is None and target_group is not None:
         notes.append(f"the target group is {target_group}, as the runs' configs name it (evaluation.lm_eval.target_group)")
     for note in notes:
@@ -390,7 +392,8 @@ def draw_val_loss_by_entropy(runs: List[Dict], path, color: Dict[str, str], midp
         ax.set(title=BUCKET_TITLES[bucket], xlabel="target epoch", ylabel="validation loss")
         ax.grid(alpha=0.3)
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), frameon=False)  # below: no curve hidden
+    if labels:  # none where no run has a validation record (write_report notes it)
+        fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), frameon=False)  # below: no curve hidden
     fig.tight_layout(rect=(0, 0.06 * math.ceil(len(labels) / 4), 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -65,19 +65,20 @@ def read_lines(path: Path, parse: Callable[[str], T], unterminated_is_cut: bool 
             short; a line before it that cannot be read was changed after it was written, and
             skipping it would leave a record out without a word.
     """
-    lines = path.read_text().split("\n")
-    unterminated = lines[-1] != ""
+    lines = path.read_bytes().split(b"\n")
+    unterminated = lines[-1] != b""
     if not unterminated:
         lines.pop()  # the "" after the final newline
     parsed = []
-    for number, line in enumerate(lines, 1):
+    for number, data in enumerate(lines, 1):
+        line = data.decode(errors="replace")  # as the messages show it
         if not line.strip():
             continue
         cut = number == len(lines) and unterminated
         try:
             if cut and unterminated_is_cut:
                 raise ValueError("no newline")
-            parsed.append(parse(line))
+            parsed.append(parse(data.decode()))  # bytes that are no UTF-8: a ValueError, as a line parse refuses
         except ValueError as error:
             if cut:
                 log.warning(f"{path}, line {number}: cut short (a write that did not finish: a full disk, a killed "

@@ -335,3 +335,22 @@ def test_a_damaged_line_before_the_last_is_one_line_naming_it(tmp_path, monkeypa
     status, out, err = report(monkeypatch, capsys, run, "--out", tmp_path / "report")
     assert status == 2 and "Traceback" not in err
     assert f"{log}, line 3 cannot be read (not key:value pairs: " in err
+
+
+@pytest.mark.parametrize("evals, status, says", [
+    (b"", 0, "no run has a validation record (val_loss): val_loss_by_entropy.png is empty"),
+    (b"\n", 0, "no run has a validation record (val_loss): val_loss_by_entropy.png is empty"),
+    (b'{"step": 1, "target_ep', 0, "no run has a validation record (val_loss): val_loss_by_entropy.png is empty"),
+    (b'{"step": 1}\n\xff\xfe\n', 2, "evals.jsonl, line 2 cannot be read ('utf-8' codec can't decode byte 0xff"),
+    (b"", "out is a file", "is a file, and nothing was written: give a folder, for the plots and table.md"),
+], ids=["empty", "one newline", "only line cut", "not UTF-8", "--out a file"])
+def test_the_report_of_a_run_with_no_usable_record_or_a_wrong_out_is_one_message(tmp_path, monkeypatch, capsys,
+                                                                                 evals, status, says):
+    (tmp_path / "run" / "eval").mkdir(parents=True)
+    (tmp_path / "run" / "eval" / "evals.jsonl").write_bytes(evals)
+    out = tmp_path / "report"
+    if status == "out is a file":
+        out.write_text("x")
+        status = 2
+    got, stdout, err = report(monkeypatch, capsys, tmp_path / "run", "--out", out)
+    assert got == status and "Traceback" not in err and says in stdout + err, err
