@@ -48,7 +48,7 @@ from entrodrop.loss import model_output_for
 from entrodrop.method.dropout import add_hidden_dropout
 from entrodrop.train.activations import checkpoint_layers
 from entrodrop.train.cadence import crossed_multiple, evaluation_due
-from entrodrop.train.parallel import shard
+from entrodrop.train.parallel import check_launched, shard
 from entrodrop.train.run_dir import (
     clear_earlier_run,
     find_earlier_run,
@@ -77,6 +77,7 @@ class EntroDropRecipeDistributed:
     """
 
     def __init__(self, cfg: DictConfig) -> None:
+        check_launched("recipes/entrodrop_distributed.py")  # by torchrun (--nproc_per_node N), first: the command
         schemas.check(cfg, schemas.TRAINING, schemas.TRAINING_RULES, "EntroDrop")
         self._device = devices.get_device(cfg.device)  # refuses a device torch cannot use
         self._dtype = training.get_dtype(cfg.dtype, device=self._device)

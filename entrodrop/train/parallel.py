@@ -3,7 +3,8 @@
 The distributed recipe builds the model on the meta device (no memory, no initialization),
 wraps the layers to checkpoint or compile as the single-device recipe does, and ``shard`` then
 shards it and fills it from the full state dict, as torchtune's own distributed recipes do.
-The single-device recipe refuses to be one of N processes (``check_single_process``).
+The single-device recipe refuses to be one of N processes (``check_single_process``), and the
+distributed recipe to be started without torchrun (``check_launched``).
 """
 
 import os
@@ -28,6 +29,20 @@ def check_single_process(recipe: str) -> None:
         raise ConfigError(f"{recipe} runs in one process, but torchrun started {world_size} (--nproc_per_node "
                           f"{world_size}): run `tune run --nproc_per_node {world_size} recipes/entrodrop_distributed.py "
                           "--config <your config>` with a distributed config, or leave out --nproc_per_node")
+
+
+def check_launched(recipe: str) -> None:
+    """Refuse to run the N-process recipe ``recipe`` outside torchrun (``tune run`` without
+    ``--nproc_per_node``), which names each process's rank in the environment; without it
+    ``init_process_group`` fails on ``RANK`` in a traceback.
+
+    Raises:
+        ConfigError: one line with the command that starts it, and the one-process recipe.
+    """
+    if "RANK" not in os.environ:
+        raise ConfigError(f"{recipe} runs as torchrun's processes, but it was started alone (no RANK in the "
+                          f"environment): run `tune run --nproc_per_node N {recipe} --config <your config>` (N "
+                          "processes, 1 included), or recipes/entrodrop_single_device.py for one process")
 
 
 def shard(model: torch.nn.Module, state_dict: Dict[str, torch.Tensor], device: torch.device,

@@ -70,3 +70,18 @@ def test_the_single_device_recipe_as_one_of_n_processes_says_to_run_the_distribu
         "recipes/entrodrop_single_device.py runs in one process, but torchrun started 2 (--nproc_per_node 2): run "
         "`tune run --nproc_per_node 2 recipes/entrodrop_distributed.py --config <your config>` with a distributed "
         "config, or leave out --nproc_per_node")
+
+
+def test_the_distributed_recipe_started_without_torchrun_says_how_to_start_it(monkeypatch):
+    # `tune run recipes/entrodrop_distributed.py ...` without --nproc_per_node: RANK was "expected, but not set".
+    from entrodrop.errors import ConfigError
+    from recipes.entrodrop_distributed import EntroDropRecipeDistributed
+
+    cfg = OmegaConf.load(REPO / "configs/tiny/qwen3_entrodrop_distributed.yaml")
+    monkeypatch.delenv("RANK", raising=False)
+    with pytest.raises(ConfigError) as error:
+        EntroDropRecipeDistributed(cfg)
+    assert str(error.value) == (
+        "recipes/entrodrop_distributed.py runs as torchrun's processes, but it was started alone (no RANK in the "
+        "environment): run `tune run --nproc_per_node N recipes/entrodrop_distributed.py --config <your config>` (N "
+        "processes, 1 included), or recipes/entrodrop_single_device.py for one process")
