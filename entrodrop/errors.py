@@ -158,3 +158,29 @@ def naming_full_disk(path, refused: Callable[[BaseException], bool] = disk_full)
         said = re.search(r"\(os error (\d+)\)", str(error))
         code = error.errno if isinstance(error, OSError) else int(said.group(1)) if said else None
         raise DiskFullError(code, os.strerror(code) if code else str(error), str(path)) from error
+
+
+class NamingFullDisk:
+    """``target`` with every method called in ``naming_full_disk(path)``: for a metric logger,
+    whose file's ``write`` names no path when the disk is full (torchtune's ``DiskLogger``)."""
+
+    def __init__(self, target, path) -> None:
+        self._target, self._path = target, path
+
+    def __getattr__(self, name: str):
+        attr = getattr(self._target, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args, **kwargs):
+            with naming_full_disk(self._path):
+                return attr(*args, **kwargs)
+
+        return call
+
+
+def naming_log_writes(logger):
+    """``logger`` (a torchtune metric logger) whose writes that a full disk refuses name its file
+    (``NamingFullDisk``); a logger that writes no local file, unchanged."""
+    path = getattr(logger, "_file_name", None) or getattr(logger, "log_dir", None)
+    return NamingFullDisk(logger, path) if path else logger

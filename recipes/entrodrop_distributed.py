@@ -39,7 +39,7 @@ from entrodrop.data.entropy_cache import check_cache_model
 from entrodrop.data.loader import build_loader, describe_budget, plan_budget
 from entrodrop.data.packing import block_causal_mask
 from entrodrop.data.store_identity import check_training_stores, training_stores
-from entrodrop.errors import ConfigError
+from entrodrop.errors import ConfigError, naming_log_writes
 from entrodrop.eval.evaluator import Evaluator
 from entrodrop.eval.records import metric_fields, record_evaluation
 from entrodrop.eval.task_checks import allow_code, task_index
@@ -123,7 +123,7 @@ class EntroDropRecipeDistributed:
             set_rng_state(state["rng"][self._rank], self._device)
             utils.log_rank_zero(log, f"resumed from {resume_dir} at step {self._step}")
         self._setup_evaluation(cfg)
-        self._metric_logger = config.instantiate(cfg.metric_logger) if self._rank == 0 else None
+        self._metric_logger = naming_log_writes(config.instantiate(cfg.metric_logger)) if self._rank == 0 else None
         if self._metric_logger:
             self._metric_logger.log_config(cfg)
         return True

@@ -35,6 +35,7 @@ from entrodrop.data.entropy_cache import check_cache_model
 from entrodrop.data.loader import build_loader, describe_budget, plan_budget
 from entrodrop.data.packing import block_causal_mask
 from entrodrop.data.store_identity import check_training_stores, training_stores
+from entrodrop.errors import naming_log_writes
 from entrodrop.eval.evaluator import Evaluator
 from entrodrop.eval.records import metric_fields, record_evaluation
 from entrodrop.eval.task_checks import allow_code, task_index
@@ -113,7 +114,7 @@ class EntroDropRecipeSingleDevice:
             set_rng_state(state["rng"], self._device)
             log.info(f"resumed from {resume_dir} at step {self._step}")
         self._setup_evaluation(cfg)
-        self._metric_logger = config.instantiate(cfg.metric_logger)
+        self._metric_logger = naming_log_writes(config.instantiate(cfg.metric_logger))
         self._metric_logger.log_config(cfg)
         return True
 

@@ -237,8 +237,13 @@ def record_evaluation(eval_dir, record: Dict, target_group: str) -> Dict:
             summary["best_checkpoint"].update(limit=best.get("limit"), metrics=best.get("metrics", {}).get(target_group))
     # Replaced whole, never left half-written; through a name of its own, as other processes (an
     # offline evaluation beside the run) may record into the same eval_dir at the same time.
+    # A write that fails (a full disk) names summary.json and leaves no temporary file behind.
     fd, partial = temp_file(eval_dir, ".summary.json.tmp-")
-    with os.fdopen(fd, "w") as f:
-        f.write(json.dumps(summary, indent=2))
-    os.replace(partial, eval_dir / "summary.json")
+    try:
+        with naming_full_disk(eval_dir / "summary.json"), os.fdopen(fd, "w") as f:
+            f.write(json.dumps(summary, indent=2))
+        os.replace(partial, eval_dir / "summary.json")
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
     return summary

@@ -1,13 +1,14 @@
 """evals.jsonl and summary.json (entrodrop.eval.records): the score a task is read by, which averages
 may be compared, the best checkpoint, and an evaluation record as metric-log fields."""
 
+import errno
 import json
 import os
 from pathlib import Path
 
 import pytest
 
-from entrodrop.errors import DamagedLineError
+from entrodrop.errors import DamagedLineError, DiskFullError, naming_log_writes
 from entrodrop.eval.records import (
     PLAIN_PROMPTS,
     already_scored,
@@ -158,3 +159,44 @@ def test_two_processes_recording_into_one_eval_dir_each_replace_summary_json_thr
     # The summary of the writer that replaced it last, whole: the first, which had read one record.
     assert json.loads((tmp_path / "summary.json").read_text())["best_checkpoint"]["path"] == "c10"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["evals.jsonl", "summary.json"]
+
+
+class _FullDisk:
+    """A file object whose writes a full disk refuses: ``OSError`` ENOSPC naming no path, as ``write()``'s."""
+
+    def __init__(self, real):
+        self._real = real
+
+    def write(self, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        self._real.close()
+
+
+def test_a_full_disk_while_the_summary_is_written_names_it_and_leaves_no_temporary_file(tmp_path, monkeypatch):
+    real_fdopen = os.fdopen
+    monkeypatch.setattr("entrodrop.eval.records.os.fdopen", lambda fd, mode: _FullDisk(real_fdopen(fd, mode)))
+    with pytest.raises(DiskFullError) as refused:
+        record_evaluation(tmp_path, {"step": 10, "target_epoch": 1.0, "checkpoint": "c", "val_loss": {"all": 2.0}},
+                          "code")
+    assert str(refused.value).startswith(f"no space left on device writing {tmp_path / 'summary.json'} (")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["evals.jsonl"]
+
+
+def test_a_full_disk_under_a_metric_log_names_its_file(tmp_path):
+    from torchtune.training.metric_logging import DiskLogger
+
+    logger = naming_log_writes(DiskLogger(log_dir=str(tmp_path)))
+    [log_file] = tmp_path.glob("log_*.txt")
+    logger._target._file = _FullDisk(logger._target._file)
+    with pytest.raises(DiskFullError) as refused:
+        logger.log_dict({"loss": 1.0}, step=1)
+    assert str(refused.value).startswith(f"no space left on device writing {log_file} (")
+    assert naming_log_writes(object) is object  # a logger that writes no local file (none named)
