@@ -119,10 +119,13 @@ def scorable_checkpoints(path: str) -> List[Path]:
     by hand (a partial copy): every one is named in one error, before anything is scored.
 
     Raises:
-        ScoringPathError: ``path`` does not exist, or holds neither config.json nor ``step_<N>``.
+        ScoringPathError: ``path`` does not exist, is a file, or holds neither config.json nor ``step_<N>``.
         IncompleteCheckpointError: some ``step_<N>`` lacks config.json or a weight file.
     """
     root = Path(path)
+    if root.exists() and not root.is_dir():
+        raise ScoringPathError(f"checkpoints={path} is a file: give a run's checkpoint directory (its step_<N> "
+                               "folders) or one Hugging Face checkpoint directory (the folder holding config.json)")
     if not root.is_dir():
         raise ScoringPathError(f"checkpoints={path} does not exist")
     if (root / "config.json").is_file():

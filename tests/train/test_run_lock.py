@@ -110,3 +110,14 @@ def test_a_checkpoint_or_log_dir_outside_output_dir_is_locked_too_and_one_inside
             assert sorted(p.name for p in (tmp_path / "second").iterdir()) == [LOCK_NAME]
     with hold_run_dirs(second), hold_run_dirs(cfg):  # the first run ended: every lock was released
         pass
+
+
+def test_a_lock_path_that_is_a_folder_is_one_line_and_nothing_in_it_is_touched(tmp_path):
+    (tmp_path / LOCK_NAME).mkdir()
+    (tmp_path / LOCK_NAME / "kept").write_text("x")
+    with pytest.raises(OutputDirError) as refused:
+        hold_run_dir(str(tmp_path))
+    assert str(refused.value) == (f"{tmp_path / LOCK_NAME} is a folder, where a run keeps its lock file: it is not one "
+                                  f"this project made. Move it out of {tmp_path}, or write elsewhere with another "
+                                  "output_dir")
+    assert (tmp_path / LOCK_NAME / "kept").read_text() == "x"
