@@ -54,6 +54,20 @@ def take_dir_lock(directory: Path, key: str, mark: Optional[Mapping[str, Any]] =
     return lock
 
 
+def refused_on_every_rank(error: Optional[OutputDirError], distributed: bool) -> None:
+    """Raise rank 0's refusal ``error`` (None: none) on every rank of an N-process run
+    (``distributed``), so that none waits at a collective for a rank 0 that has stopped."""
+    if distributed:
+        # Imported here: a process that takes a lock alone needs no torch (the tests start such processes).
+        import torch.distributed as dist
+
+        shared = [error]
+        dist.broadcast_object_list(shared, src=0)
+        error = shared[0]
+    if error is not None:
+        raise error
+
+
 def release_dir_lock(lock: IO[str]) -> None:
     """Let go of ``take_dir_lock``'s lock and remove its file, for a directory that should hold
     only what was written into it (a token store)."""

@@ -19,6 +19,7 @@ that is killed keeps its finished shards; running the same command again compute
 
 import os
 import sys
+from pathlib import Path
 
 import torch.distributed as dist
 from omegaconf import DictConfig
@@ -30,6 +31,8 @@ from entrodrop.config import cli, schemas
 from entrodrop.data.entropy_cache import kept_shards
 from entrodrop.data.fingerprints import entropy_cache_key
 from entrodrop.data.sample_store import SampleStore, SampleStoreWriter, sample_table
+from entrodrop.dir_lock import refused_on_every_rank, release_dir_lock, take_dir_lock
+from entrodrop.errors import OutputDirError
 from entrodrop.method.entropy import shard_entropies
 from entrodrop.throughput import Throughput
 
@@ -57,6 +60,14 @@ class PrecomputeEntropyRecipe:
             dist.barrier()
 
     def setup(self, cfg: DictConfig) -> None:
+        # One precompute writes a cache at a time: rank 0 holds cache_dir for every rank until the cache is whole.
+        self._lock, refused = None, None
+        if self._rank == 0:
+            try:
+                self._lock = take_dir_lock(Path(cfg.cache_dir), "cache_dir")
+            except OutputDirError as error:
+                refused = error
+        refused_on_every_rank(refused, self._distributed)
         self._tokens = SampleStore(cfg.target_tokens, "tokens")
         checkpointer = config.instantiate(cfg.checkpointer)
         key = entropy_cache_key(self._tokens, cfg.checkpointer.checkpoint_dir, checkpointer.weight_files)
@@ -111,6 +122,7 @@ class PrecomputeEntropyRecipe:
         self._barrier()
         if self._rank == 0:
             self._writer.finalize()
+            release_dir_lock(self._lock)
             log.info(f"entropy cache complete: {self._writer.dir}")
 
     def cleanup(self) -> None:

@@ -26,7 +26,7 @@ from typing import List, Mapping, Optional, Sequence, Tuple
 
 from omegaconf import DictConfig
 
-from entrodrop.dir_lock import LOCK_NAME, live_holder, lock_record, take_dir_lock
+from entrodrop.dir_lock import LOCK_NAME, live_holder, lock_record, refused_on_every_rank, take_dir_lock
 from entrodrop.errors import OutputDirError
 
 __all__ = ["LOCK_NAME", "hold_run_dir", "hold_run_dirs", "others_folders", "run_owner"]
@@ -64,15 +64,7 @@ def hold_run_dir(output_dir: str, rank: int = 0, distributed: bool = False,
             held = _take_all(dirs, run)
         except OutputDirError as refused:
             error = refused
-    if distributed:
-        # Imported here: a process that takes the lock alone needs no torch (the tests start such processes).
-        import torch.distributed as dist
-
-        shared = [error]
-        dist.broadcast_object_list(shared, src=0)
-        error = shared[0]
-    if error is not None:
-        raise error
+    refused_on_every_rank(error, distributed)
     return held
 
 

@@ -4,6 +4,8 @@ precompute recipe's packed layout and its pack_len check."""
 
 import copy
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -315,3 +317,25 @@ def test_every_precompute_config_has_every_key_and_rows_that_hold_its_samples(pa
         tokenize = OmegaConf.load(REPO / header[0].split("--config ")[1].split()[0])
         assert cfg.pack_len >= tokenize.max_seq_len, path
     assert not cfg.compile or cfg.pack_len is not None, f"{path}: compile with pack_len null recompiles per length"
+
+
+def test_a_second_precompute_into_a_cache_dir_another_live_one_writes_is_refused_before_it_reads(data, tmp_path):
+    # Two precomputes into one cache_dir would write the same shards; the token stores were locked, the caches not.
+    from entrodrop.dir_lock import LOCK_NAME
+    from entrodrop.errors import OutputDirError
+
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path; from entrodrop.dir_lock "
+                               "import take_dir_lock; lock = take_dir_lock(Path(sys.argv[1]), 'cache_dir'); "
+                               "print('held', flush=True); time.sleep(120)", str(tmp_path / "cache")],
+                              cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        with pytest.raises(OutputDirError, match=rf"^cache_dir={tmp_path}/cache is in use by another run: PID "
+                                                 rf"{holder.pid} on host "):
+            run_precompute(precompute_config(target_store(data), tmp_path / "cache"))
+        assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == [LOCK_NAME]
+    finally:
+        holder.kill()
+        holder.communicate()
+    run_precompute(precompute_config(target_store(data), tmp_path / "cache"))  # it ended: the lock is taken over
+    assert not (tmp_path / "cache" / LOCK_NAME).exists()  # and let go once the cache is whole
