@@ -54,6 +54,7 @@ class PrecomputeEntropyRecipe:
         self._chunk_size = cfg.chunk_size
         self._vocab_chunk_size = cfg.vocab_chunk_size
         self._pack_len = cfg.pack_len
+        self._cache_dir, self._lock = Path(cfg.cache_dir), None  # held from setup to the end (release)
 
     def _barrier(self) -> None:
         if self._distributed:
@@ -61,10 +62,10 @@ class PrecomputeEntropyRecipe:
 
     def setup(self, cfg: DictConfig) -> None:
         # One precompute writes a cache at a time: rank 0 holds cache_dir for every rank until the cache is whole.
-        self._lock, refused = None, None
+        refused = None
         if self._rank == 0:
             try:
-                self._lock = take_dir_lock(Path(cfg.cache_dir), "cache_dir")
+                self._lock = take_dir_lock(self._cache_dir, "cache_dir")
             except OutputDirError as error:
                 refused = error
         refused_on_every_rank(refused, self._distributed)
@@ -122,8 +123,16 @@ class PrecomputeEntropyRecipe:
         self._barrier()
         if self._rank == 0:
             self._writer.finalize()
-            release_dir_lock(self._lock)
             log.info(f"entropy cache complete: {self._writer.dir}")
+
+    def release(self) -> None:
+        """Let go of cache_dir (rank 0), whether the cache is whole or the run failed; a cache_dir
+        this run made and wrote nothing into goes too."""
+        if self._lock is not None:
+            release_dir_lock(self._lock)
+            self._lock = None
+            if not any(self._cache_dir.iterdir()):
+                self._cache_dir.rmdir()
 
     def cleanup(self) -> None:
         if self._distributed:
@@ -134,8 +143,11 @@ class PrecomputeEntropyRecipe:
 @cli.parse(kept=lambda cfg: kept_shards(cfg.cache_dir))  # what Ctrl-C leaves
 def recipe_main(cfg: DictConfig) -> None:
     recipe = PrecomputeEntropyRecipe(cfg)
-    recipe.setup(cfg)
-    recipe.run()
+    try:
+        recipe.setup(cfg)
+        recipe.run()
+    finally:
+        recipe.release()
     recipe.cleanup()
 
 

@@ -375,7 +375,10 @@ class SampleStore:
             raise FileNotFoundError(f"no {name} at {store_dir} ({MANIFEST} missing): run {recipe}")
         self.manifest = json.loads(manifest_path.read_text())
         if self.manifest["kind"] != kind:
-            raise CacheMismatchError(f"{store_dir} is a store of {self.manifest['kind']!r}, not of {kind!r}")
+            found, _, writer = KINDS.get(self.manifest["kind"], (f"store of kind {self.manifest['kind']!r}", None,
+                                                                 "another recipe"))
+            raise CacheMismatchError(f"{store_dir} holds the {found} that {writer} writes; give the {name} that "
+                                     f"{recipe} wrote")
         if not self.manifest["complete"]:
             raise CacheMismatchError(f"the {name} at {store_dir} is incomplete: rerun {recipe} to finish it")
         check_store_files(self.dir, self.manifest)

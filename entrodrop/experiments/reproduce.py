@@ -319,7 +319,7 @@ def main() -> None:
     command = (f"SEEDS={os.environ['SEEDS']} " if os.environ.get("SEEDS") else "") + "make reproduce" + (
         "" if regime is DEMO else f" REGIME={regime.name}")
     with demo.continue_hint(command):
-        demo.run_stages(regime.base_stages(*extra), regime.base_out, resume=True)  # the base, reused where done
+        demo.run_stages(regime.base_stages(*extra), regime.base_out, resume=True, command=command)  # reused where done
         demo.run_stages(stages(seeds, device, regime), regime.out, resume, command)
     print(f"tables: {regime.out / 'tables.md'}, figure: {regime.out / 'val_loss_by_epoch.png'}")
     if regime is not DEMO:  # drawn anew each time (a second): RESUME=1 adds a regime trained since

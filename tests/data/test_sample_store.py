@@ -262,7 +262,8 @@ def test_writer_and_reader_handle_empty_samples(tmp_path):
     cache = SampleStore(str(tmp_path), "entropy")
     assert len(cache[1]) == 0 and cache[0][2] == 2.0 and np.isnan(cache[2][0])
     assert np.array_equal(cache.table, sample_table(samples))
-    with pytest.raises(CacheMismatchError, match="store of 'entropy', not of 'tokens'"):
+    with pytest.raises(CacheMismatchError, match="holds the entropy cache that recipes/precompute_entropy.py writes; "
+                                                "give the token store that recipes/tokenize_corpus.py wrote"):
         SampleStore(str(tmp_path), "tokens")
 
 

@@ -236,8 +236,11 @@ def run_precompute(cfg: DictConfig) -> None:
     from recipes.precompute_entropy import PrecomputeEntropyRecipe
 
     recipe = PrecomputeEntropyRecipe(cfg)
-    recipe.setup(cfg)
-    recipe.run()
+    try:
+        recipe.setup(cfg)
+        recipe.run()
+    finally:
+        recipe.release()
     recipe.cleanup()
 
 
