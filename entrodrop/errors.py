@@ -161,15 +161,15 @@ def naming_full_disk(path, refused: Callable[[BaseException], bool] = disk_full)
 
 
 class NamingFullDisk:
-    """``target`` with every method called in ``naming_full_disk(path)``: for a metric logger,
-    whose file's ``write`` names no path when the disk is full (torchtune's ``DiskLogger``)."""
+    """``target`` with its methods ``writes`` called in ``naming_full_disk(path)``: for a metric
+    logger, whose file's ``write`` names no path when the disk is full (torchtune's ``DiskLogger``)."""
 
-    def __init__(self, target, path) -> None:
-        self._target, self._path = target, path
+    def __init__(self, target, path, writes: Sequence[str]) -> None:
+        self._target, self._path, self._writes = target, path, writes
 
     def __getattr__(self, name: str):
         attr = getattr(self._target, name)
-        if not callable(attr):
+        if name not in self._writes:
             return attr
 
         def call(*args, **kwargs):
@@ -182,5 +182,5 @@ class NamingFullDisk:
 def naming_log_writes(logger):
     """``logger`` (a torchtune metric logger) whose writes that a full disk refuses name its file
     (``NamingFullDisk``); a logger that writes no local file, unchanged."""
-    path = getattr(logger, "_file_name", None) or getattr(logger, "log_dir", None)
-    return NamingFullDisk(logger, path) if path else logger
+    path = getattr(logger, "_file_name", None)  # where log and log_dict write; log_config writes elsewhere
+    return NamingFullDisk(logger, path, ("log", "log_dict")) if path else logger
