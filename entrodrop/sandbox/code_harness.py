@@ -49,7 +49,7 @@ import sys
 import sysconfig
 import time
 
-from entrodrop.sandbox.sandbox_child import RAISABLE, decode, encode, seccomp_bytes, seccomp_program
+from entrodrop.sandbox.sandbox_child import RAISABLE, decode, encode, is_namedtuple, seccomp_bytes, seccomp_program
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_child.py")
 # Shared libraries the interpreter's extension modules load; public files, no project data.
@@ -508,11 +508,10 @@ class Candidate:
         if not self.ready and complaint.startswith("bwrap:"):  # no program has run yet: this is bwrap
             raise SandboxUnavailable(complaint)
         if self.limits["mode"] == "bubblewrap" and status > 128:
-            status = -(status - 128)  # bwrap exits 128 + the signal that killed the program
+            # bwrap exits 128 + the signal that killed the program, as a program exiting with that status does
+            return f"{killed_by(status - 128)}, or it exited with status {status}: bubblewrap reports both alike"
         if status < 0:
-            name = signal.Signals(-status).name if -status in signal.valid_signals() else str(-status)
-            why = {"SIGSYS": ": a refused system call", "SIGXCPU": ": out of CPU time", "SIGKILL": ""}.get(name, "")
-            return f"the program was killed by {name}{why}"
+            return killed_by(-status)
         return f"the program exited with status {status}"
 
     def stop(self, reason: str) -> CandidateFailed:
@@ -537,11 +536,23 @@ class Candidate:
 
 # ------------------------------------------------------------------ the tests, here
 
-def checked(payload, handles=None, values: bool = True):
+def killed_by(number: int) -> str:
+    """The program's death by the signal ``number``, in words.
+
+    Example:
+        >>> killed_by(31), killed_by(9)
+        ('the program was killed by SIGSYS: a refused system call', 'the program was killed by SIGKILL')
+    """
+    name = signal.Signals(number).name if number in signal.valid_signals() else str(number)
+    why = {"SIGSYS": ": a refused system call", "SIGXCPU": ": out of CPU time"}.get(name, "")
+    return f"the program was killed by {name}{why}"
+
+
+def checked(payload, handles=None, values: bool = True, named=None):
     """A value the candidate returned, decoded (without ``values``, its shape checked:
     ``decode``); anything malformed fails the sample."""
     try:
-        return decode(payload, handles=handles, values=values)
+        return decode(payload, handles=handles, values=values, named=named)
     except (ValueError, TypeError, RecursionError, OverflowError) as e:
         raise CandidateFailed(f"a malformed value: {e}"[:300]) from None
 
@@ -551,8 +562,16 @@ class Tests:
     objects (``Handle``), each use a request to the candidate by the
     deadline of all the tests' requests, answered with a plain value or a handle."""
 
-    def __init__(self, candidate: Candidate):
+    def __init__(self, candidate: Candidate, reference: dict = {}):
         self.candidate, self.handles = candidate, {}
+        # The reference's namedtuple classes, for those the program returns (``named``).
+        self.namedtuples = {name: cls for name, cls in reference.items() if is_namedtuple(cls)}
+
+    def named(self, name: str, items: int):
+        """The reference's namedtuple class ``name`` of ``items`` fields, for one the program returns
+        (``decode``): its fields read by name (``p.x``) and its ``==`` a tuple's, never the program's."""
+        cls = self.namedtuples.get(name)
+        return cls if cls is not None and len(cls._fields) == items else None
 
     def handle(self, number: int, name: str) -> "Handle":
         """One ``Handle`` a number: an object the candidate sends twice is the same one here."""
@@ -574,7 +593,7 @@ class Tests:
         try:
             left = candidate.deadline - time.monotonic()
             what = f"{candidate.limits['timeout_s']:.1f} s for all the calls"
-            return checked(candidate.request(message, left, what, raises=True), self.handle)
+            return checked(candidate.request(message, left, what, raises=True), self.handle, named=self.named)
         except CandidateFailed as e:
             raise candidate.fail(e.reason) from None
         except ProgramRaised as e:  # the type is from the allow-list: never one the test could not expect
@@ -674,7 +693,7 @@ def run_asserts(candidate: Candidate, job: dict, limits: dict) -> None:
         exec(compile(job["setup"], "<reference>", "exec"), namespace)
     except Exception as e:
         raise CandidateFailed(f"the reference solution's code failed in the harness: {type(e).__name__}: {e}"[:300]) from None
-    tests = Tests(candidate)
+    tests = Tests(candidate, dict(namespace))  # before the names the tests use become remote
     for name in names:
         namespace[name] = Remote(tests, "call", name)
     for name in classes:
@@ -748,6 +767,8 @@ def run_job(candidate: Candidate, job: dict, limits: dict, begin=lambda: None) -
                 checked(output, values=False)
                 if output[0] == "tuple":
                     output = ["list", output[1]]
+                elif output[0] == "namedtuple":  # a tuple too, to LiveCodeBench's isinstance
+                    output = ["list", output[1][1]]
             size += len(json.dumps(output))  # as it travels: escapes included
             if size > OUTPUTS_LIMIT:
                 raise candidate.stop(f"outputs over {OUTPUTS_LIMIT} bytes")

@@ -18,8 +18,9 @@ The comparisons:
 - stdin tests (LiveCodeBench): stdout against the expected text, line by line after stripping;
   a line that differs still matches when its tokens are equal as exact decimals (``1.0`` and
   ``1.000``), LiveCodeBench's own rule: no tolerance beyond that;
-- functional tests (LiveCodeBench): the return value against the expected JSON, by value and
-  type (``same_value``; a tuple counts as a list, as LiveCodeBench converts it);
+- functional tests (LiveCodeBench): the return value against the expected JSON with Python's
+  ``==``, as LiveCodeBench's runner compares them (``same_value``: ``True == 1``, ``Decimal("1.5")
+  == 1.5``; a returned tuple counts as a list, as it converts it; a tuple inside a list does not);
 - assertion tests (HumanEval, MBPP): the benchmark's own assertions, in the harness, on the
   values the program returned (``Run.held``).
 
@@ -289,9 +290,13 @@ def run_all(jobs: Sequence[Dict], limits: Limits = Limits(), workers: int = 1) -
 
 # ------------------------------------------------------------------ comparison
 
+NUMBERS = {"bool", "int", "float", "fraction", "decimal"}  # what Python's == compares as numbers
+
+
 def number(tag: str, payload):
-    """An encoded int, float or Fraction as the Python number (exact: no float rounding of big ints)."""
-    return payload if tag == "int" and type(payload) is int else decode([tag, payload])
+    """An encoded bool, int, float, Fraction or Decimal as the Python value (exact: no float
+    rounding of big ints)."""
+    return payload if tag in ("int", "bool") and type(payload) in (int, bool) else decode([tag, payload])
 
 
 def as_dict(tag: str, payload) -> tuple:
@@ -302,14 +307,16 @@ def as_dict(tag: str, payload) -> tuple:
 
 
 def same_value(a, b) -> bool:
-    """Encoded values (``sandbox_child.encode``) equal by value and type: ints, floats and
-    Fractions compare as numbers (``3 == 3.0 == Fraction(6, 2)``, as Python's ``==`` in the
-    tests), a bool is none of them, a tuple is not a list.
+    """Encoded values (``sandbox_child.encode``) equal as Python's ``==`` finds the values they
+    encode, LiveCodeBench's comparison (``prediction == gt_out``), without building them (a reply
+    of sets of one hash costs no more than its size): bools, ints, floats, Fractions and Decimals
+    compare as numbers (``True == 1 == 1.0 == Fraction(2, 2) == Decimal(1)``), a tuple is not a
+    list, a set equals a frozenset.
 
     Example:
         >>> from entrodrop.sandbox.sandbox_child import encode
-        >>> same_value(encode([1, 2.0]), encode([1.0, 2])), same_value(encode(True), encode(1))
-        (True, False)
+        >>> same_value(encode([1, 2.0]), encode([1.0, 2])), same_value(encode([True, False]), encode([1, 0]))
+        (True, True)
         >>> same_value(encode({"a": 1, "b": 2}), encode({"b": 2, "a": 1}))
         True
         >>> from collections import Counter
@@ -317,8 +324,11 @@ def same_value(a, b) -> bool:
         True
     """
     (tag_a, a), (tag_b, b) = as_dict(*a), as_dict(*b)
-    if {tag_a, tag_b} <= {"int", "float", "fraction"}:
-        return number(tag_a, a) == number(tag_b, b)
+    if {tag_a, tag_b} <= NUMBERS:
+        try:
+            return number(tag_a, a) == number(tag_b, b)
+        except ArithmeticError:  # a signalling NaN Decimal: == raises there, a failed test
+            return False
     if tag_a != tag_b:
         return False
     if tag_a in ("list", "tuple", "set"):

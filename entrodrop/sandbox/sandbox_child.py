@@ -39,6 +39,7 @@ import io
 import json
 import os
 import resource
+import signal
 import struct
 import sys
 import types
@@ -97,19 +98,24 @@ DEFAULTDICT, DEQUE, FRACTION = collections.defaultdict, collections.deque, fract
 # them; 65,536 bits would be 4 s). Honest answers stay far below (the harmonic number H(5000)'s
 # denominator has 7,200 bits).
 FRACTION_BITS = 1 << 14
+# The longest text of a Decimal that crosses; Python refuses int conversions past 4,300 digits.
+DECIMAL_CHARS = 4300
+# A subclass of these whose ``==`` is its base's crosses as its base's value, read by the base's own method.
+PLAIN_BASES = {int: int.__int__, float: float.__float__, str: str.__str__}
 # Types that cross as values themselves (MBPP 533 passes ``int``), and a defaultdict's factory.
 TYPES = {kind.__name__: kind for kind in (bool, bytes, complex, dict, float, frozenset, int, list, set, str, tuple)}
 
 
 def encode(value, depth: int = 0, share=None):
     """``value`` as JSON that keeps its type: ``[tag, payload]``. Only the builtin types count
-    (exactly: a subclass of int with its own ``__eq__`` is refused), so an object that claims to
-    equal everything has no encoding and fails its test. Floats travel as ``repr`` (``nan``,
+    (exactly: a subclass of int with its own ``__eq__`` is refused, one without crosses as its int),
+    so an object that claims to equal everything has no encoding and fails its test. Floats travel as ``repr`` (``nan``,
     ``inf`` included), ints past 64 bits as hex text, a set's items sorted, a dict's in order;
     besides, ``complex``, ``Counter``, ``OrderedDict``, ``defaultdict`` (its factory when one of
-    ``TYPES``), ``deque``, ``Fraction`` (its numerator and denominator), a namedtuple (a program's
-    class: the tuple of its items, read by tuple's own iterator, so its ``__eq__`` or ``__iter__``
-    stays behind) and the types of ``TYPES``. Any other value is ``["handle", share(value)]``
+    ``TYPES``), ``deque``, ``Fraction`` (its numerator and denominator), ``Decimal`` (its text), a namedtuple (its
+    class's name and its items, read by tuple's own iterator, so its ``__eq__`` or ``__iter__``
+    stays behind; the receiver builds it with its own class of that name: ``decode``'s ``named``)
+    and the types of ``TYPES``. Any other value is ``["handle", share(value)]``
     where ``share`` gives it a reference (an object of the program's own classes, which stays in
     the candidate), else a ``TypeError``.
 
@@ -128,10 +134,15 @@ def encode(value, depth: int = 0, share=None):
         return [SCALARS[kind], repr(value) if kind is float else value]
     if kind in (list, tuple):
         return [kind.__name__, [encode(v, depth + 1, share) for v in value]]
-    if issubclass(kind, tuple) and isinstance(getattr(kind, "_fields", None), tuple):  # a namedtuple
-        return ["tuple", [encode(v, depth + 1, share) for v in tuple.__iter__(value)]]
+    plain = next((base for base in PLAIN_BASES if issubclass(kind, base) and kind.__eq__ is base.__eq__), None)
+    if plain is not None:  # a subclass that compares as its base (an IntEnum): the base's value, by the base's method
+        return encode(PLAIN_BASES[plain](value), depth, share)
+    if is_namedtuple(kind):  # its class's name and its items, read by tuple's own iterator
+        return ["namedtuple", [kind.__name__[:100], [encode(v, depth + 1, share) for v in tuple.__iter__(value)]]]
     if kind is FRACTION:
         return ["fraction", [encode(value.numerator), encode(value.denominator)]]
+    if kind is _decimal_type():  # as its exact text; decimal is imported only where a program did
+        return ["decimal", str(value)]
     if kind in (set, frozenset):
         return ["set", sorted((encode(v, depth + 1, share) for v in value), key=json.dumps)]
     if kind in DICTS or kind is DEFAULTDICT:
@@ -168,7 +179,21 @@ def check_hashes(items: list, what: str) -> None:
                          "whose cost to build grows with the square of their number")
 
 
-def decode(encoded, depth: int = 0, hashable: bool = False, handles=None, values: bool = True):
+def _decimal_type(load: bool = False):
+    """``decimal.Decimal`` where a program (or, with ``load``, this process) imported decimal, else
+    None: a candidate that never meets one does not pay for the import."""
+    if load:
+        import decimal  # noqa: F401  (imported for sys.modules)
+    module = sys.modules.get("decimal")
+    return getattr(module, "Decimal", None) if module is not None else None
+
+
+def is_namedtuple(kind) -> bool:
+    """Whether the class ``kind`` is a namedtuple's (``collections.namedtuple``, ``typing.NamedTuple``)."""
+    return isinstance(kind, type) and issubclass(kind, tuple) and isinstance(getattr(kind, "_fields", None), tuple)
+
+
+def decode(encoded, depth: int = 0, hashable: bool = False, handles=None, values: bool = True, named=None):
     """The value ``encode`` made, or ``ValueError`` for anything else (a wrong tag, payload or
     nesting past 100 levels, a set or dict with over ``SAME_HASH`` items of one hash): what
     arrives over a pipe is checked before it is used, in time that grows with its size, not its
@@ -177,7 +202,8 @@ def decode(encoded, depth: int = 0, hashable: bool = False, handles=None, values
     ``values``, only the shape is checked and no set or dict is built (``None`` for each): no
     hash is taken, so the time is linear in the size whatever the items' hashes (building sets
     of one hash nested in each other costs the product of their sizes, in C code no deadline
-    interrupts).
+    interrupts). A namedtuple is built with ``named(class name, number of items)``, the receiver's
+    own class of that name, where that gives one, else it is the plain tuple of its items.
 
     Example:
         >>> decode(encode((1, {2.5}, -(1 << 70)))) == (1, {2.5}, -(1 << 70))
@@ -201,6 +227,11 @@ def decode(encoded, depth: int = 0, hashable: bool = False, handles=None, values
         return float(payload)
     if tag == "complex" and kind is list and len(payload) == 2 and all(type(p) is str and len(p) <= 32 for p in payload):
         return complex(float(payload[0]), float(payload[1]))
+    if tag == "decimal" and kind is str and len(payload) <= DECIMAL_CHARS:
+        try:
+            return _decimal_type(load=True)(payload)
+        except ArithmeticError:  # decimal's InvalidOperation: text that is no number
+            raise ValueError("a malformed decimal") from None
     if tag == "type" and kind is str and payload in TYPES:
         return TYPES[payload]
     if tag == "fraction" and kind is list and len(payload) == 2 and all(type(p) is list and p[:1] == ["int"] for p in payload):
@@ -208,17 +239,22 @@ def decode(encoded, depth: int = 0, hashable: bool = False, handles=None, values
         if denominator > 0 and max(numerator.bit_length(), denominator.bit_length()) <= FRACTION_BITS:
             return FRACTION(numerator, denominator)
     if tag in DICT_TAGS and kind is list:
-        items = decode_dict(payload, depth, handles, values)
+        items = decode_dict(payload, depth, handles, values, named)
         return items if tag == "dict" or items is None else DICT_TAGS[tag](items)
     if (tag == "defaultdict" and kind is list and len(payload) == 2 and type(payload[1]) is list
             and (payload[0] is None or payload[0] in TYPES)):
-        items = decode_dict(payload[1], depth, handles, values)
+        items = decode_dict(payload[1], depth, handles, values, named)
         return None if items is None else DEFAULTDICT(TYPES.get(payload[0]), items)
     if (tag == "deque" and kind is list and len(payload) == 2 and type(payload[1]) is list
             and (payload[0] is None or (type(payload[0]) is int and payload[0] >= 0))):
-        return DEQUE([decode(v, depth + 1, False, handles, values) for v in payload[1]], payload[0])
+        return DEQUE([decode(v, depth + 1, False, handles, values, named) for v in payload[1]], payload[0])
+    if (tag == "namedtuple" and kind is list and len(payload) == 2 and type(payload[0]) is str
+            and len(payload[0]) <= 100 and type(payload[1]) is list):
+        items = [decode(v, depth + 1, hashable, handles, values, named) for v in payload[1]]
+        cls = named(payload[0], len(items)) if named is not None else None
+        return tuple.__new__(cls, items) if cls is not None else tuple(items)
     if tag in ("list", "tuple", "set") and kind is list:
-        items = [decode(v, depth + 1, hashable or tag == "set", handles, values) for v in payload]
+        items = [decode(v, depth + 1, hashable or tag == "set", handles, values, named) for v in payload]
         if tag == "list":
             return items
         if tag == "tuple":
@@ -235,14 +271,15 @@ def decode(encoded, depth: int = 0, hashable: bool = False, handles=None, values
     raise ValueError(f"a malformed {tag[:20]!r} value")
 
 
-def decode_dict(payload: list, depth: int, handles, values: bool = True):
+def decode_dict(payload: list, depth: int, handles, values: bool = True, named=None):
     """A dict from its encoded ``[key, value]`` pairs, checked for a hash flood before it is
     built; ``None`` without ``values`` (``decode``), once the pairs' shape is checked."""
     pairs = []
     for pair in payload:
         if type(pair) is not list or len(pair) != 2:
             raise ValueError("a dict item is not a pair")
-        pairs.append((decode(pair[0], depth + 1, True, handles, values), decode(pair[1], depth + 1, False, handles, values)))
+        pairs.append((decode(pair[0], depth + 1, True, handles, values, named),
+                      decode(pair[1], depth + 1, False, handles, values, named)))
     if not values:
         return None
     check_hashes([key for key, _ in pairs], "keys of a dict")
@@ -346,6 +383,14 @@ CHECKED = ("clone", "clone3", "kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueu
 REFUSED = [name for name in SYSCALLS if name not in CHECKED]
 # Signals: only to itself (arg 0 is the target process; 0 would be its process group).
 SIGNALS_TO_SELF = ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo")
+# Where each of them has the signal's number. SIGKILL and SIGSTOP to itself end the program (SIGSYS):
+# under bubblewrap it is its PID namespace's init, which the kernel lets ignore both, and it would
+# go on where the benchmark's runner (and the own layer) ends or stops it: one verdict on both layers.
+SIGNAL_ARG = {"kill": 1, "tgkill": 2, "rt_sigqueueinfo": 1, "rt_tgsigqueueinfo": 2}
+SIGKILL, SIGSTOP = 9, 19  # the same on arm64
+# The signals whose default action ends a process and that a program may send itself: as init,
+# it would ignore them, so under bubblewrap each ends it, as the default action does (``end_as_default``).
+ENDING_SIGNALS = ("SIGHUP", "SIGQUIT", "SIGTERM", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGVTALRM", "SIGPROF")
 # Arg 0 is the process, 0 for the caller. The reads too: without a PID namespace (the own layer)
 # another pid is any process of the machine, whose session (the evaluation's), group, CPUs and
 # scheduling they told. A thread's own id is refused as well; only glibc's
@@ -394,6 +439,23 @@ def no_signal_owner(fcntl: int, ioctl: int) -> list:
             (RET, 0, 0, EPERM), (RET, 0, 0, ALLOW)] + refused_if(ioctl, 1, (FIOSETOWN, SIOCSPGRP, FIOASYNC))
 
 
+def signal_to_self(number: int, own_pid: int, signal_arg: int) -> list:
+    """Instructions for the signal call ``number``: allowed naming ``own_pid`` (argument 0), else
+    EPERM, but SIGKILL or SIGSTOP (argument ``signal_arg``) to itself kills the process (SIGSYS);
+    other calls go on.
+
+    Example:
+        >>> program = signal_to_self(62, 2, 1)  # kill(pid, sig)
+        >>> program[:4]
+        [(21, 0, 8, 62), (32, 0, 0, 16), (21, 1, 0, 2), (6, 0, 0, 327681)]
+        >>> program[4:]
+        [(32, 0, 0, 24), (21, 2, 0, 9), (21, 1, 0, 19), (6, 0, 0, 2147418112), (6, 0, 0, 2147483648)]
+    """
+    block = [(LD, 0, 0, ARG0), (JEQ, 1, 0, own_pid), (RET, 0, 0, EPERM), (LD, 0, 0, ARG0 + 8 * signal_arg),
+             (JEQ, 2, 0, SIGKILL), (JEQ, 1, 0, SIGSTOP), (RET, 0, 0, ALLOW), (RET, 0, 0, KILL)]
+    return [(JEQ, 0, len(block), number)] + block
+
+
 def seccomp_program(machine: str, own_pid: int) -> list:
     """The filter, as ``(code, jt, jf, k)`` BPF instructions: a call under any other
     architecture (i386's ``int 0x80`` on x86-64) or x32's numbering kills the process; the
@@ -419,7 +481,7 @@ def seccomp_program(machine: str, own_pid: int) -> list:
         if name in number:
             program += [(JEQ, 0, 1, number[name]), (RET, 0, 0, EPERM)]
     for name in SIGNALS_TO_SELF:
-        program += only_if(number[name], (0, [own_pid]))
+        program += signal_to_self(number[name], own_pid, SIGNAL_ARG[name])
     for name in PROCESS_IS_SELF:
         program += only_if(number[name], (0, [0, own_pid]))
     for name in PRIORITY_OF_SELF:
@@ -657,9 +719,16 @@ class Program:
             raise
         return encode(value, share=self.share)
 
+    def named(self, name: str, items: int):
+        """The program's namedtuple class ``name`` of ``items`` fields, for a namedtuple the test
+        sends (``decode``): the test's ``Point(1, 2)`` arrives as the program's ``Point``, as in
+        the benchmark's runner, where the tests run in the program's namespace."""
+        cls = self.namespace.get(name)
+        return cls if is_namedtuple(cls) and len(cls._fields) == items else None
+
     def arguments(self, request: dict):
-        return ([decode(a, handles=self.held) for a in request["args"]],
-                {k: decode(v, handles=self.held) for k, v in request["kwargs"]})
+        return ([decode(a, handles=self.held, named=self.named) for a in request["args"]],
+                {k: decode(v, handles=self.held, named=self.named) for k, v in request["kwargs"]})
 
     def call(self, request: dict):
         if request["solution"]:  # LiveCodeBench: a method of one Solution(), plain values only
@@ -686,7 +755,7 @@ class Program:
         return self.run(getattr, self.held(request["handle"]), request["attr"])
 
     def setattr(self, request: dict):
-        value = decode(request["value"], handles=self.held)
+        value = decode(request["value"], handles=self.held, named=self.named)
         return self.run(setattr, self.held(request["handle"]), request["attr"], value)
 
     def truth(self, request: dict):
@@ -698,6 +767,16 @@ class Program:
 
 OPS = {"load": Program.load, "call": Program.call, "new": Program.new, "getattr": Program.getattr,
        "setattr": Program.setattr, "truth": Program.truth, "stdin": Program.stdin}
+
+
+def end_as_default() -> None:
+    """A handler for each of ``ENDING_SIGNALS`` that ends the program with status 128 + the signal,
+    for the program as its namespace's init, which ignores a signal without one: ``os.kill(os.getpid(),
+    signal.SIGTERM)`` or an ``alarm`` without a handler end it, as they end it on the own layer and in
+    the benchmark's runner. A handler the program sets replaces it, as there."""
+    for name in ENDING_SIGNALS:
+        number = getattr(signal, name)
+        signal.signal(number, lambda received, frame: os._exit(128 + received))
 
 
 def main() -> None:
@@ -713,6 +792,8 @@ def main() -> None:
     os.close(null)
     # bwrap made the user namespace; the own layer makes it in lock_down.
     sandbox = f"bubblewrap ({cap_threads(config['num_threads'])})" if config["mode"] == "bubblewrap" else lock_down(config)
+    if os.getpid() == 1:  # bubblewrap's PID namespace's init: signals it sends itself end it as elsewhere
+        end_as_default()
     replies.write(json.dumps({"id": 0, "ok": sandbox}) + "\n")
     replies.flush()
     program = Program()

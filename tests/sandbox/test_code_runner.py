@@ -238,14 +238,16 @@ def test_an_always_equal_value_fails():
     assert not run_tests(int_like + "class Solution:\n    def f(self, xs, y):\n        return Int(0)", APPEND, "f")
 
 
-def test_values_compare_by_value_and_type():
-    assert same_value(encode([1, 2.0]), encode([1.0, 2])) and not same_value(encode(True), encode(1))
+def test_values_compare_as_pythons_equality_does():
+    # LiveCodeBench compares with ==: a bool is the number it is (True == 1), a tuple is no list.
+    assert same_value(encode([1, 2.0]), encode([1.0, 2])) and same_value(encode(True), encode(1))
+    assert not same_value(encode(True), encode(2)) and not same_value(encode(None), encode(0))
     assert not same_value(encode((1, 2)), encode([1, 2])) and same_value(encode({"a": {1, 2}}), encode({"a": {2, 1}}))
     assert same_value(encode({"x": 1, "y": 2}), encode({"y": 2, "x": 1}))  # a dict in any order, as ==
     assert same_value(encode(10 ** 400), encode(10 ** 400)) and not same_value(encode(10 ** 400), encode(float("inf")))
     assert same_stdout("1.0 2\n", "1.000 2") and not same_stdout("1.0001", "1")  # LiveCodeBench: exact decimals
     assert same_value(encode(Fraction(3, 2)), encode(1.5)) and same_value(encode(4), encode(Fraction(8, 2)))  # as ==
-    assert not same_value(encode(Fraction(1, 3)), encode(1 / 3)) and not same_value(encode(Fraction(1)), encode(True))
+    assert not same_value(encode(Fraction(1, 3)), encode(1 / 3)) and same_value(encode(Fraction(1)), encode(True))
 
 
 @pytest.mark.parametrize("value", [None, True, -3, 10 ** 5000, -(2 ** 64), 0.1, float("inf"), "x\ud800", (1, [2, {3}]),

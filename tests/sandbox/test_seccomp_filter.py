@@ -198,14 +198,16 @@ def test_the_filter_allows_its_list_and_refuses_every_other_call(machine):
             assert decide(program, number[name], arch=arch) == "EPERM", name
     known = {n for n in number.values() if n is not None}
     assert all(decide(program, n, arch=arch) == "ENOSYS" for n in range(500) if n not in known)  # setsid, getxattr...
-    on = {"kill": [(2, 0), (1, 9), (0, 9), (-1 & 0xFFFFFFFF, 9)], "prlimit64": [(0,), (2,), (1,)],
+    on = {"kill": [(2, 0), (1, 9), (0, 9), (-1 & 0xFFFFFFFF, 9), (2, 9), (2, 19), (2, 15)], "prlimit64": [(0,), (2,), (1,)],
           "setpriority": [(0, 0), (0, 2), (0, 1), (2, 0)], "sched_setaffinity": [(0,), (2,), (1,)],
           "sendto": [(3, 0, 1, 0, 0, 0), (3, 0, 1, 0, 0x7F0000000000, 16)],
           "fcntl": [(3, 1), (3, 4, 0x800), (3, child.F_SETOWN), (3, child.F_SETFL, child.O_ASYNC), (3, child.F_SETSIG)],
           "ioctl": [(0, 0x5401), (0, child.FIOSETOWN)], "clone": [(0x3D0F00,), (0x1200011,)]}
     answers = {name: [decide(program, number[name], args + (0,) * (6 - len(args)), arch) for args in calls]
                for name, calls in on.items()}
-    assert answers == {"kill": ["allow", "EPERM", "EPERM", "EPERM"], "prlimit64": ["allow", "allow", "EPERM"],
+    # SIGKILL and SIGSTOP to itself end it: as bubblewrap's init it would ignore them (one verdict on both layers)
+    assert answers == {"kill": ["allow", "EPERM", "EPERM", "EPERM", "kill", "kill", "allow"],
+                       "prlimit64": ["allow", "allow", "EPERM"],
                        "setpriority": ["allow", "allow", "EPERM", "EPERM"], "sched_setaffinity": ["allow", "allow", "EPERM"],
                        "sendto": ["allow", "EPERM"], "fcntl": ["allow", "allow", "EPERM", "EPERM", "EPERM"],
                        "ioctl": ["allow", "EPERM"], "clone": ["allow", "EPERM"]}  # a thread, a fork
