@@ -317,6 +317,7 @@ SYSCALLS = {
     "delete_module": (176, 106), "quotactl": (179, 60), "syslog": (103, 116),
     "name_to_handle_at": (303, 264), "open_by_handle_at": (304, 265),
     "socket": (41, 198), "msgget": (68, 186), "semget": (64, 190), "shmget": (29, 194), "mq_open": (240, 180),
+    "memfd_create": (319, 279),
     "chmod": (90, None), "fchmod": (91, 52), "fchmodat": (268, 53), "fchmodat2": (452, 452),
     "chown": (92, None), "fchown": (93, 55), "lchown": (94, None), "fchownat": (260, 54),
     "utime": (132, None), "utimes": (235, None), "futimesat": (261, None), "utimensat": (280, 88),
@@ -346,7 +347,7 @@ ALLOWED = {
     "truncate": (76, 45), "ftruncate": (77, 46), "fallocate": (285, 47), "fsync": (74, 82), "fdatasync": (75, 83),
     "fadvise64": (221, 223), "umask": (95, 166), "sendfile": (40, 71), "copy_file_range": (326, 285),
     "dup": (32, 23), "dup2": (33, None), "dup3": (292, 24), "pipe": (22, None), "pipe2": (293, 59),
-    "memfd_create": (319, 279), "poll": (7, None), "ppoll": (271, 73), "select": (23, None), "pselect6": (270, 72),
+    "poll": (7, None), "ppoll": (271, 73), "select": (23, None), "pselect6": (270, 72),
     "epoll_create": (213, None), "epoll_create1": (291, 20), "epoll_ctl": (233, 21), "epoll_wait": (232, None),
     "epoll_pwait": (281, 22), "epoll_pwait2": (441, 441), "eventfd": (284, None), "eventfd2": (290, 19),
     "socketpair": (53, 199), "recvfrom": (45, 207), "recvmsg": (47, 212), "shutdown": (48, 210),
@@ -632,6 +633,11 @@ def quietly(fn, *args, **kwargs):
         sys.stdout, sys.stdin = saved
 
 
+# The program's own writable directory (its tmpfs), as it was when the candidate started: the
+# working directory both layers give it. The program may change directory; its input files stay here.
+WRITABLE = [""]
+
+
 def as_stdin(fd: int) -> None:
     """Make ``fd`` descriptor 0. A program may have closed descriptor 0 (``open(0).read()``
     closes it once read), so the new ``fd`` may already be 0: it is then kept, not closed."""
@@ -643,12 +649,16 @@ def as_stdin(fd: int) -> None:
 def run_stdin(program, stdin: str) -> str:
     """The program as ``__main__`` reading ``stdin`` (through ``sys.stdin`` and descriptor 0);
     what it printed (``sys.exit`` ends it early). Each run gets its input afresh, whatever the
-    run before did to descriptor 0."""
+    run before did to descriptor 0: an unnamed file in the program's own writable directory
+    (``WRITABLE``), so it counts against that directory's cap in bytes, as everything the program
+    writes does (``memfd_create``, whose memory no limit bounds, is refused)."""
     data = stdin.encode()
-    memory = os.memfd_create("stdin")
-    os.write(memory, data)
-    os.lseek(memory, 0, os.SEEK_SET)
-    as_stdin(memory)
+    fd = os.open(WRITABLE[0], os.O_TMPFILE | os.O_RDWR, 0o600)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    os.lseek(fd, 0, os.SEEK_SET)
+    as_stdin(fd)
     saved = sys.stdin, sys.stdout
     sys.stdin = io.TextIOWrapper(io.BytesIO(data))
     sys.stdout = out = io.TextIOWrapper(io.BytesIO(), write_through=True)
@@ -790,6 +800,7 @@ def main() -> None:
     for fd in (0, 1, 2):
         os.dup2(null, fd)
     os.close(null)
+    WRITABLE[0] = os.getcwd()
     # bwrap made the user namespace; the own layer makes it in lock_down.
     sandbox = f"bubblewrap ({cap_threads(config['num_threads'])})" if config["mode"] == "bubblewrap" else lock_down(config)
     if os.getpid() == 1:  # bubblewrap's PID namespace's init: signals it sends itself end it as elsewhere

@@ -724,3 +724,32 @@ def test_a_candidate_of_an_evaluation_run_as_root_is_not_root_outside(sandbox):
     knobs = ["/proc/sys/kernel/core_pattern", "/proc/sys/kernel/modprobe", "/proc/sysrq-trigger"]
     writable = stdin_run(f"import os\nprint([p for p in {knobs!r} if os.access(p, os.W_OK)])", sandbox)
     assert writable.outputs == ["[]\n"], writable
+
+
+# ------------------------------------------------------------------ memory: shared memory included
+
+SHARED_MEMORY = ATTEMPT + """
+import mmap
+def memfds():  # 58 memfds of 16 MiB beside the heap held 4.5 GiB under a 4 GiB limit before memfd_create was refused
+    os.posix_fallocate(os.memfd_create("x"), 0, 16 << 20)
+def dev_shm():
+    with open("/dev/shm/x", "wb") as f:
+        f.write(b"x" * (1 << 20))
+def shared_mapping():  # MAP_SHARED anonymous memory is shmem too: the address space limit counts it
+    try:
+        mmap.mmap(-1, 512 << 20, flags=mmap.MAP_SHARED)
+    except MemoryError as e:
+        raise OSError(str(e))
+def own_files():  # its writable directory holds at most file_bytes, however many files
+    for k in range(64):
+        with open(f"held{k}", "wb") as f:
+            f.write(b"x" * (1 << 20))
+print(attempt(memfds), attempt(dev_shm), attempt(shared_mapping), attempt(own_files))
+"""
+
+
+def test_no_route_holds_memory_past_the_limits_shared_memory_included(sandbox):
+    result = stdin_run(SHARED_MEMORY, sandbox, memory_bytes=256 << 20, file_bytes=8 << 20)
+    needs(result, "a tmpfs of its own")  # a directory on disk caps each file, not their sum
+    # memfd_create refused; /dev/shm not writable; a shared mapping past the address space limit; files past their cap
+    assert result.outputs == ["refused refused refused refused\n"], result
