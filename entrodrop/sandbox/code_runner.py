@@ -99,6 +99,10 @@ class Run:
 
 # ------------------------------------------------------------------ the harness processes
 
+# The first wait before a candidate that could not start is tried again; each next one doubles.
+RETRY_FIRST_S = 0.05
+
+
 class Harness:
     """One trusted harness process (``code_harness.main``), serving jobs one at a time."""
 
@@ -114,18 +118,26 @@ class Harness:
     def run(self, job: Dict, limits: Limits, spare: bool) -> Run:
         """One job; ``spare``: another follows, so the harness starts its candidate now. Once a
         program has run through this sandbox here (``probe``), a candidate that cannot start is
-        tried once more, then fails its sample: a process limit reached for a moment (a cluster's
-        ``ulimit -u``, counted over every program of the user) ends no evaluation."""
-        try:
-            return self.attempt(job, limits, spare)
-        except CannotStart as e:
-            if _probed.get(self.sandbox) != "":
-                raise
-            log.warning("a candidate could not start (%s); its sample is tried once more", e.why)
-        try:
-            return self.attempt(job, limits, spare)
-        except CannotStart as e:
-            return Run([], f"the sandbox could not start this sample's program, twice: {e.why}"[:500], sandbox=self.sandbox)
+        tried again, after waits that double from ``RETRY_FIRST_S``, for as long as the sample's
+        own tests may take (``timeout_s`` a test), then fails its sample: a process limit reached
+        for a while (a cluster's ``ulimit -u``, counted over every program of the user, whose
+        threads another worker's program holds until it ends) ends no evaluation, and fails no
+        right program the moment it lasts."""
+        patience = limits.timeout_s * max(len(job.get("inputs", ())), 1)
+        start, pause = time.monotonic(), RETRY_FIRST_S
+        while True:
+            try:
+                return self.attempt(job, limits, spare)
+            except CannotStart as e:
+                if _probed.get(self.sandbox) != "":
+                    raise
+                waited = time.monotonic() - start
+                if waited + pause > patience:
+                    return Run([], f"the sandbox could not start this sample's program, tried for {waited:.1f} s: "
+                                   f"{e.why}"[:500], sandbox=self.sandbox)
+                log.warning("a candidate could not start (%s); its sample is tried again in %.2f s", e.why, pause)
+                time.sleep(pause)
+                pause *= 2
 
     def attempt(self, job: Dict, limits: Limits, spare: bool) -> Run:
         """One try of ``run``. The harness has its start (the first job), the candidate's start

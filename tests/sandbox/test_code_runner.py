@@ -397,3 +397,34 @@ def test_sandboxed_humaneval_and_mbpp_score_through_lm_eval(tmp_path, monkeypatc
                                                            include_defaults=False))
     assert out["results"]["humaneval_pass1"]["pass@1,sandbox"] == 0.5
     assert out["results"]["mbpp_local"]["pass@1,sandbox"] == 0.5
+
+
+def test_a_candidate_that_cannot_start_is_tried_again_until_its_tests_time_has_passed(monkeypatch):
+    """Another worker's program may hold the user's processes until it ends: the sample waits, in
+    doubling pauses, for as long as its own tests may take, then fails alone."""
+    from entrodrop.sandbox import code_runner
+    from entrodrop.sandbox.code_runner import CannotStart, Harness, Run
+
+    clock, pauses, tries = [0.0], [], []
+    monkeypatch.setattr(code_runner.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(code_runner.time, "sleep", lambda s: (pauses.append(s), clock.__setitem__(0, clock[0] + s)))
+    monkeypatch.setitem(code_runner._probed, "own", "")  # the sandbox has run a program here
+
+    def attempt(self, job, limits, spare):
+        tries.append(clock[0])
+        if len(tries) <= self.refusals:
+            raise CannotStart("fork: Resource temporarily unavailable")
+        return Run(["ok"], None, sandbox="own")
+
+    monkeypatch.setattr(Harness, "attempt", attempt)
+    harness = Harness.__new__(Harness)
+    harness.sandbox, harness.refusals = "own", 5
+    job = {"kind": "stdin", "code": "", "inputs": ["1", "2"]}  # 2 tests of 1 s: 2 s of patience
+    assert harness.run(job, Limits(timeout_s=1.0), spare=False).outputs == ["ok"]
+    assert pauses == [0.05, 0.1, 0.2, 0.4, 0.8]
+    tries.clear()
+    pauses.clear()
+    harness.refusals = 100
+    failed = harness.run(job, Limits(timeout_s=1.0), spare=False)
+    assert failed.error.startswith("the sandbox could not start this sample's program, tried for 1.6 s: fork: ")
+    assert pauses == [0.05, 0.1, 0.2, 0.4, 0.8]  # 1.55 s waited; the next pause would pass the 2 s

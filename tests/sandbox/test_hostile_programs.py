@@ -401,15 +401,16 @@ class OnRetry(logging.Handler):
         self.action = action
 
     def emit(self, record: logging.LogRecord) -> None:
-        if "tried once more" in record.getMessage():
+        if "tried again" in record.getMessage():
             self.action()
 
 
 def test_a_candidate_that_cannot_start_after_the_sandbox_has_run_fails_its_sample_only(sandbox):
     """A process limit the harness's user reaches (a cluster's `ulimit -u`, another program's
     threads), simulated on the harness alone: its candidates' start fails (as root, nobody's
-    exec; else the fork). Once the probe has run a program here, that fails the sample, twice
-    tried, not the evaluation; a limit gone by the second try costs nothing."""
+    exec; else the fork). Once the probe has run a program here, that fails the sample, tried
+    again for as long as its tests may take, not the evaluation; a limit gone by a later try
+    costs nothing."""
     limits = Limits(sandbox=sandbox)
     harness = Harness(sandbox_in_use(sandbox))  # probed: the sandbox has run a program here
     soft, hard = resource.prlimit(harness.process.pid, resource.RLIMIT_NPROC)
