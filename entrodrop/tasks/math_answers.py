@@ -23,7 +23,8 @@ import logging
 import re
 import signal
 import threading
-from typing import Callable, List, Optional, TypeVar
+import time
+from typing import Callable, Dict, List, Optional, TypeVar
 
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 from math_verify.errors import TimeoutException
@@ -36,6 +37,9 @@ EXTRACTION = (LatexExtractionConfig(), ExprExtractionConfig())
 # call in wall time, not in CPU time, so the verdict does not depend on the load (``cpu_bounded``).
 TIMEOUT_S = 5
 T = TypeVar("T")
+# When the reply being scored runs out of CPU time (``time.process_time``), or None outside one
+# (``one_budget``): all its math-verify calls share one ``TIMEOUT_S``, however many answers it gives.
+_REPLY_ENDS: List[Optional[float]] = [None]
 # A number: thousands groups (after a comma, a space, a narrow space or LaTeX's ``\\,`` and
 # ``{,}``), a decimal part, a fraction ``3/4``; or a leading-dot decimal.
 SEPARATOR = r"(?:,|\\,|\{,\}|[ \u00a0\u2009\u202f])"
@@ -46,6 +50,7 @@ FRACTION = re.compile(r"\\[dt]?frac\s*\{\s*(-?\d+)\s*\}\s*\{\s*(\d+)\s*\}")
 ANSWER_CUE = re.compile(r"answer\s*(?:is|was|would be|will be|=|:)|####|答案(?:是|为)", re.IGNORECASE)
 FORMULA = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
 BOX = re.compile(r"\\(?:boxed|fbox)(?=[\s{])")
+SPACE, UNBRACED = re.compile(r"\s*"), re.compile(r"[^\s$]*")  # after a box's name: space, then an unbraced content
 # "So the final answer is", "Final answer:", "**Final Answer:**", "所以最终答案是".
 FINAL_ANSWER = re.compile(r"final answer(?:\*\*)?\s*(?:is\b|:)(?:\*\*)?|最终答案是", re.IGNORECASE)
 
@@ -70,6 +75,10 @@ def cpu_bounded(call: Callable[[], T], limit_s: float, over: T) -> T:
     The caller's SIGPROF handler and timer (a profiler's) are restored afterwards.
     """
     warmed_up()
+    if _REPLY_ENDS[0] is not None:  # inside one reply's budget: what is left of it, at most
+        limit_s = min(limit_s, _REPLY_ENDS[0] - time.process_time())
+        if limit_s <= 0:
+            return over
     if threading.current_thread() is not threading.main_thread():
         return call()
     previous_handler = signal.signal(signal.SIGPROF, on_cpu_limit)
@@ -82,6 +91,26 @@ def cpu_bounded(call: Callable[[], T], limit_s: float, over: T) -> T:
         signal.setitimer(signal.ITIMER_PROF, 0)
         signal.signal(signal.SIGPROF, previous_handler)
         signal.setitimer(signal.ITIMER_PROF, *previous_timer)
+
+
+def one_budget(score: Callable[..., T]) -> Callable[..., T]:
+    """``score`` (a task's ``process_results``) with one CPU budget, ``TIMEOUT_S``, for every
+    math-verify call it makes on its reply: an OlympiadBench reply of five answers cost 24.5 s of
+    CPU when each call had 5 s of its own. A call that finds the budget spent reads no answer
+    (``parsed``) or finds no equality (``equivalent``)."""
+
+    @functools.wraps(score)
+    def scored(*args, **kwargs):
+        warmed_up()  # once a process, outside any reply's budget
+        outer = _REPLY_ENDS[0]
+        if outer is None:
+            _REPLY_ENDS[0] = time.process_time() + TIMEOUT_S
+        try:
+            return score(*args, **kwargs)
+        finally:
+            _REPLY_ENDS[0] = outer
+
+    return scored
 
 
 @functools.cache
@@ -189,12 +218,26 @@ def final_number(text: str) -> Optional[str]:
 
 def braced(text: str) -> Optional[str]:
     """What the ``{`` opening ``text`` encloses, or None when it is never closed."""
-    depth = 0
-    for i, char in enumerate(text):
-        depth += 1 if char == "{" else -1 if char == "}" else 0
-        if depth == 0:
-            return text[1:i]
-    return None
+    close = closing_braces(text).get(0)
+    return text[1:close] if close is not None else None
+
+
+def closing_braces(text: str) -> Dict[int, int]:
+    """Where each ``{`` of ``text`` that is closed is closed, in one pass: a box's content is then
+    found in constant time, so a reply of many unclosed boxes costs its length, not its square
+    (32 KiB of ``\\boxed{`` took 4.8 s of CPU, scanned to the end once a box).
+
+    Example:
+        >>> closing_braces("{a{b}}{")
+        {2: 4, 0: 5}
+    """
+    opened, closes = [], {}
+    for match in re.finditer(r"[{}]", text):
+        if match.group() == "{":
+            opened.append(match.start())
+        elif opened:
+            closes[opened.pop()] = match.start()
+    return closes
 
 
 def boxed_answers(text: str) -> List[str]:
@@ -205,16 +248,21 @@ def boxed_answers(text: str) -> List[str]:
         >>> boxed_answers(r"x = \\boxed{\\frac{1}{2}} or \\boxed{-1}; \\boxed 7.")
         ['\\\\frac{1}{2}', '-1', '7']
     """
-    found, end = [], 0
+    found, end, closes = [], 0, None
     for match in BOX.finditer(text):
         if match.start() < end:
             continue
-        rest = text[match.end():].lstrip()
-        content = braced(rest) if rest.startswith("{") else re.match(r"[^\s$]*", rest).group().rstrip(".,;")
-        if content is None:
-            continue
+        start = SPACE.match(text, match.end()).end()
+        if text.startswith("{", start):
+            closes = closing_braces(text) if closes is None else closes
+            close = closes.get(start)
+            if close is None:
+                continue
+            content, end = text[start + 1:close], close
+        else:
+            content = UNBRACED.match(text, start).group().rstrip(".,;")
+            end = start + len(content)
         found.append(content)
-        end = len(text) - len(rest) + len(content)
     return found
 
 
@@ -253,6 +301,7 @@ def svamp_prompt(doc: dict) -> str:
     return f"Question: {doc['Body'].strip()} {doc['Question'].strip()}\nLet's think step by step\nAnswer:"
 
 
+@one_budget
 def svamp_score(doc: dict, results: List[str]) -> dict:
     """Accuracy of the final number (``final_number``) before the model starts another question."""
     predicted = final_number(results[0].split("Question:")[0])
@@ -261,6 +310,7 @@ def svamp_score(doc: dict, results: List[str]) -> dict:
 
 # GSM8K ---------------------------------------------------------------------------------------
 
+@one_budget
 def gsm8k_score(doc: dict, results: List[str]) -> dict:
     """Accuracy of the final number (``final_number``) before the model starts another question,
     against the number after the gold solution's ``####``.
@@ -276,6 +326,7 @@ def gsm8k_score(doc: dict, results: List[str]) -> dict:
 
 # CollegeMath ---------------------------------------------------------------------------------
 
+@one_budget
 def college_math_score(doc: dict, results: List[str]) -> dict:
     """Accuracy of the last boxed answer (else the answer stated after "The final answer is")
     against ``answer`` (LaTeX in ``$...$``)."""
@@ -398,6 +449,7 @@ def all_matched(gold: List[str], predicted: List[str], tolerance: List[Optional[
     return True
 
 
+@one_budget
 def olympiadbench_score(doc: dict, results: List[str]) -> dict:
     """Accuracy: the boxed answers match the gold ones (several: one to one, in any order),
     numbers within the problem's absolute ``error`` when it gives one."""

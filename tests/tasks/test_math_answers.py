@@ -180,3 +180,26 @@ def test_answers_are_judged_off_the_main_thread_without_a_bound():
     thread.start()
     thread.join()
     assert verdicts == [True]
+
+
+def test_a_reply_of_many_answers_shares_one_cpu_budget(monkeypatch):
+    # Five answers, each parse burning CPU until stopped: 24.5 s of CPU before, one budget now.
+    def burn():
+        start = time.process_time()
+        while time.process_time() - start < 30:
+            pass
+
+    monkeypatch.setattr(math_answers, "TIMEOUT_S", 0.3)
+    math_answers.warmed_up()
+    slowed(monkeypatch, burn)
+    doc = {"final_answer": ["1, 2, 3, 4, 5"], "is_multiple_answer": True, "error": None}
+    start = time.process_time()
+    assert olympiadbench_score(doc, [r"So the final answer is $\boxed{1, 2, 3, 4, 5}$"]) == {"acc": 0.0}
+    assert time.process_time() - start < 5 * 0.3  # one budget (and the bookkeeping), not one a call
+
+
+def test_a_reply_of_unclosed_boxes_is_read_in_one_pass():
+    # 32 KiB of "\boxed{" scanned to the end once a box: 4.8 s of CPU before; no box is closed.
+    assert math_answers.boxed_answers("\\boxed{" * 4681) == []
+    assert math_answers.closing_braces("\\boxed{" * 3 + "x}") == {20: 22}
+    assert math_answers.boxed_answers(r"\boxed{a\boxed{b}} \boxed{c} \boxed{") == [r"a\boxed{b}", "c"]
