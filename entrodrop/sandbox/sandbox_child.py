@@ -15,8 +15,9 @@ pipes, one JSON object a line, each request numbered and each reply carrying its
   "kwargs"}`` builds one with the program's class of that name (the test's ``Node(1)``);
   ``getattr``/``setattr``/``truth`` (``"handle"``, ``"attr"``, ``"value"``) read and set its
   attributes and test its truth; ``call`` with ``"handle"`` for ``"name"`` calls it (a method);
-- ``{"id", "op": "stdin", "input"}``: run the program as ``__main__`` on that input (``input()``,
-  ``sys.stdin``, ``open(0)``). Reply ``{"id", "ok": <what it printed>}``;
+- ``{"id", "op": "stdin", "input"}``: call the program on that input as LiveCodeBench's runner
+  calls it (``livecodebench_module``, ``run_stdin``: ``input()``, ``sys.stdin``). Reply
+  ``{"id", "ok": <what it printed>}``;
 - any failure: ``{"id", "error": "<type>: <message>"}``; when a called function of the program
   raised an exception of a type in ``RAISABLE``, also ``"raised": "<its type's name>"``, which
   the harness raises in the test (a test that expects ``ValueError`` sees one).
@@ -31,6 +32,7 @@ reply), then one ready line. Standard library only: inside bubblewrap it can rea
 interpreter's standard library and this file, nothing of the project.
 """
 
+import ast
 import builtins
 import collections
 import ctypes
@@ -633,43 +635,83 @@ def quietly(fn, *args, **kwargs):
         sys.stdout, sys.stdin = saved
 
 
-# The program's own writable directory (its tmpfs), as it was when the candidate started: the
-# working directory both layers give it. The program may change directory; its input files stay here.
-WRITABLE = [""]
-
-
-def as_stdin(fd: int) -> None:
-    """Make ``fd`` descriptor 0. A program may have closed descriptor 0 (``open(0).read()``
-    closes it once read), so the new ``fd`` may already be 0: it is then kept, not closed."""
-    if fd != 0:
-        os.dup2(fd, 0)
-        os.close(fd)
-
-
-def run_stdin(program, stdin: str) -> str:
-    """The program as ``__main__`` reading ``stdin`` (through ``sys.stdin`` and descriptor 0);
-    what it printed (``sys.exit`` ends it early). Each run gets its input afresh, whatever the
-    run before did to descriptor 0: an unnamed file in the program's own writable directory
-    (``WRITABLE``), so it counts against that directory's cap in bytes, as everything the program
-    writes does (``memfd_create``, whose memory no limit bounds, is refused)."""
-    data = stdin.encode()
-    fd = os.open(WRITABLE[0], os.O_TMPFILE | os.O_RDWR, 0o600)
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-    os.lseek(fd, 0, os.SEEK_SET)
-    as_stdin(fd)
-    saved = sys.stdin, sys.stdout
-    sys.stdin = io.TextIOWrapper(io.BytesIO(data))
-    sys.stdout = out = io.TextIOWrapper(io.BytesIO(), write_through=True)
+def livecodebench_module(code: str) -> str:
+    """A stdin program as LiveCodeBench's runner runs it (``grade_stdio``: ``clean_if_name``, then
+    ``make_function``): a ``__name__ == '__main__'`` guard that is the last statement unwrapped,
+    the top-level imports after its prelude, and every other statement the body of one function,
+    ``wrapped_function``. So the program's top-level names are that function's locals (a ``global``
+    of one fails), a guard elsewhere never runs (``__name__`` is the module's), and the prelude's
+    ``stdin``, ``stdout`` and ``open`` are the process's own, bound before the runner replaces
+    ``sys.stdin`` and ``sys.stdout``: here they reach /dev/null, as there they reach none of the
+    test's input and output. Code that does not parse stays as it is: its compile fails, as there."""
     try:
-        exec(program, {"__name__": "__main__"})
+        body = ast.parse(code).body
+        last = body[-1]
+        if isinstance(last, ast.If) and ast.unparse(last.test).strip() == "__name__ == '__main__'":
+            code = ast.unparse(body[:-1]) + "\n" + ast.unparse(last.body)
+    except Exception:  # noqa: BLE001  (as its runner: whatever fails, the code stays)
+        pass
+    try:
+        body = ast.parse(code).body
+        imports = [node for node in body if isinstance(node, (ast.Import, ast.ImportFrom))]
+        function = ast.FunctionDef(name="wrapped_function", args=ast.arguments(
+            posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[]),
+            body=[node for node in body if node not in imports], decorator_list=[], lineno=-1)
+        return PRELUDES["livecodebench"] + "\n" + ast.unparse(imports) + "\n" + ast.unparse(function)
+    except Exception:  # noqa: BLE001
+        return code
+
+
+class LiveCodeBenchStdin:
+    """``sys.stdin`` as LiveCodeBench's runner replaces it for one test (``MockStdinWithBuffer``, with
+    the ``readline``, ``readlines`` and ``read`` it patches on it): ``read()`` gives the whole input
+    at every call, ``readline()`` the next line without its newline (past the last, StopIteration),
+    ``readlines()`` the lines without newlines, ``buffer`` reads the input's bytes (its
+    ``readline()`` the first line, always); other attributes are a StringIO's of the input, and
+    it cannot be iterated (``for line in sys.stdin`` fails there)."""
+
+    def __init__(self, inputs: str):
+        self._stringio = io.StringIO(inputs)
+        self.buffer = LiveCodeBenchStdinBuffer(inputs)
+        lines = iter(inputs.split("\n"))
+        self.readline = lambda *args: next(lines)
+        self.readlines = lambda *args: inputs.split("\n")
+        self.read = lambda *args: inputs
+
+    def __getattr__(self, name: str):
+        return getattr(self.__dict__["_stringio"], name)
+
+
+class LiveCodeBenchStdinBuffer:
+    """``sys.stdin.buffer`` of ``LiveCodeBenchStdin`` (its runner's ``MockBuffer``)."""
+
+    def __init__(self, inputs: str):
+        self.inputs = inputs.encode("utf-8")
+
+    def read(self, *args) -> bytes:
+        return self.inputs
+
+    def readline(self, *args) -> bytes:
+        return self.inputs.split(b"\n")[0] + b"\n"
+
+
+def run_stdin(function, stdin: str) -> str:
+    """One test of a stdin program, as LiveCodeBench's runner runs it: ``function`` (the program's
+    ``wrapped_function``, ``livecodebench_module``) called with ``sys.stdin`` the test's input
+    (``LiveCodeBenchStdin``) and ``sys.stdout`` a StringIO (no ``buffer``; its ``close`` the
+    runner's one-argument lambda); what it printed, a ``SystemExit`` caught. Descriptor 0 stays
+    /dev/null: the input is not there, as it is not there."""
+    saved = sys.stdin, sys.stdout
+    sys.stdin = LiveCodeBenchStdin(stdin)
+    sys.stdout = out = io.StringIO()
+    out.close = lambda x: 1
+    try:
+        function()
     except SystemExit:
         pass
     finally:
         sys.stdin, sys.stdout = saved
-        as_stdin(os.open(os.devnull, os.O_RDONLY))
-    return out.buffer.getvalue().decode(errors="replace")
+    return out.getvalue()
 
 
 class NotBuilt(Exception):
@@ -696,9 +738,19 @@ class Program:
 
     def load(self, request: dict):
         limit("RLIMIT_CPU", request["cpu_s"])
-        self.code = compile(PRELUDES[request["prelude"]] + request["code"], "<solution>", "exec")
         if not request["main"]:
+            self.code = compile(PRELUDES[request["prelude"]] + request["code"], "<solution>", "exec")
             quietly(exec, self.code, self.namespace)
+            return
+        # A stdin program (LiveCodeBench's): its module made once, as its runner's compile_code makes it.
+        source = livecodebench_module(request["code"])
+        self.namespace = {"__name__": "tmp_sol"}
+        quietly(exec, compile(source, "<solution>", "exec"), self.namespace)
+        if "class Solution" in source:  # its runner then calls Solution(), at module level: none there
+            raise NotBuilt("LiveCodeBench's runner builds Solution() for a program that says 'class Solution', and "
+                           "a stdin program's classes are its wrapped_function's locals: it fails there")
+        if "wrapped_function" not in self.namespace:
+            raise NotBuilt("the program did not parse into LiveCodeBench's wrapped_function")
 
     def share(self, value):
         """The handle ``[number, class name]`` of an object of the program's own classes (or of
@@ -772,7 +824,7 @@ class Program:
         return self.run(bool, self.held(request["handle"]))
 
     def stdin(self, request: dict) -> str:
-        return run_stdin(self.code, request["input"])
+        return run_stdin(self.namespace["wrapped_function"], request["input"])
 
 
 OPS = {"load": Program.load, "call": Program.call, "new": Program.new, "getattr": Program.getattr,
@@ -800,7 +852,6 @@ def main() -> None:
     for fd in (0, 1, 2):
         os.dup2(null, fd)
     os.close(null)
-    WRITABLE[0] = os.getcwd()
     # bwrap made the user namespace; the own layer makes it in lock_down.
     sandbox = f"bubblewrap ({cap_threads(config['num_threads'])})" if config["mode"] == "bubblewrap" else lock_down(config)
     if os.getpid() == 1:  # bubblewrap's PID namespace's init: signals it sends itself end it as elsewhere

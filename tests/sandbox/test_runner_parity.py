@@ -8,9 +8,12 @@ row. The runners, read from their public repositories (facts only):
 - LiveCodeBench functional problems: lcb_runner's ``grade_call_based``
   (lcb_runner/evaluation/testing_util.py, commit 28fef95): a returned tuple becomes a list, then
   ``prediction == gt_out`` against the JSON-decoded expected value;
-- LiveCodeBench stdin problems: its ``grade_stdio``, which runs the program in its own test
-  process and catches ``SystemExit`` (``call_method``): a program that ends that process (a signal
-  to itself, ``os._exit``) fails, whatever it printed.
+- LiveCodeBench stdin problems: its ``grade_stdio``: the program made one function
+  (``clean_if_name``, ``make_function``: its top-level statements that function's body, a last
+  main guard unwrapped), run after its prelude in a module of its own, then called once a test
+  with ``sys.stdin`` and ``sys.stdout`` replaced (``MockStdinWithBuffer``, ``Capturing``) and
+  ``SystemExit`` caught (``call_method``); a program that ends that process (a signal to itself,
+  ``os._exit``) fails, whatever it printed.
 
 ``ours`` is the verdict we give where it differs from the runner's on purpose (the runner's
 would need unsafe behaviour, or is not matched yet): the reason is in ``why`` and in the docs.
@@ -78,6 +81,25 @@ STDIN = {
     "os._exit(0) after the answer": ("import os\nprint(int(input()) + 1, flush=True)\nos._exit(0)", False, None, ""),
     "an alarm with no handler": ("import signal, time\nsignal.alarm(1)\ntime.sleep(3)\nprint(int(input()) + 1)",
                                   False, None, ""),
+    "input()": ("print(int(input()) + 1)", True, None, ""),
+    "sys.stdin.readline(), .read(), .buffer.read()": (
+        "import sys\na = sys.stdin.readline()\nb = sys.stdin.read()\nc = sys.stdin.buffer.read()\n"
+        "print(int(a) + 1 if b == '1\\n' and c == b'1\\n' else 0)", True, None, ""),
+    "a main guard, last": ("def main():\n    print(int(input()) + 1)\nif __name__ == '__main__':\n    main()", True, None, ""),
+    "open(0)": ("print(int(open(0).read()) + 1)", False, None, ""),
+    "/dev/stdin": ("print(int(open('/dev/stdin').read()) + 1)", False, None, ""),
+    "descriptor 0": ("import os\nprint(int(os.read(0, 100)) + 1)", False, None, ""),
+    "for line in sys.stdin": ("import sys\nfor line in sys.stdin:\n    print(int(line) + 1)", False, None, ""),
+    "sys.stdin.buffer.readlines()": ("import sys\nprint(int(sys.stdin.buffer.readlines()[0]) + 1)", False, None, ""),
+    "a main guard, not last": ("def main():\n    print(int(input()) + 1)\nif __name__ == '__main__':\n    main()\nx = 0",
+                               False, None, ""),
+    "a module-level global counter": ("n = 0\ndef bump():\n    global n\n    n += 1\nbump()\nprint(int(input()) + n)",
+                                      False, None, ""),
+    "the prelude's stdout": ("stdout.write(str(int(input()) + 1) + '\\n')", False, None, ""),
+    "the prelude's stdin": ("print(int(stdin.readline()) + 1)", False, None, ""),
+    "sys.stdout.buffer": ("import sys\nsys.stdout.buffer.write(b'%d\\n' % (int(input()) + 1))", False, None, ""),
+    "readline past the last line": ("import sys\nprint(int(sys.stdin.readline()) + 1)\nsys.stdin.readline()\n"
+                                    "sys.stdin.readline()", False, None, ""),
 }
 
 

@@ -121,8 +121,10 @@ def test_livecodebench_programs_run_with_its_runners_prelude_and_exit(sandbox):
     function may use ``floor`` or ``deepcopy`` without importing it."""
     add = [{"input": "2 3\n", "output": "5\n", "testtype": "stdin"}]
     assert lcb_passes("a, b = map(int, input().split())\nprint(a + b)\nexit()\nprint(0)", add, "", sandbox)
-    assert lcb_passes("a, b = map(int, stdin.readline().split())\ndef done():\n    print(a + b)\n    exit(0)\n"
+    assert lcb_passes("a, b = map(int, input().split())\ndef done():\n    print(a + b)\n    exit(0)\n"
                       "done()\nprint(0)", add, "", sandbox)
+    # The prelude's stdin is the process's own, bound before the runner replaces sys.stdin: nothing to read there
+    assert not lcb_passes("a, b = map(int, stdin.readline().split())\nprint(a + b)", add, "", sandbox)
     names = ("class Solution:\n    def f(self, x):\n"
              "        return [floor(x), ceil(x), round(pi, 2), list(chain([1], [2])), [k for k, _ in groupby('aab')],\n"
              "                [list(p) for p in pairwise([1, 2, 3])], sorted([3, 1], key=cmp_to_key(lambda a, b: a - b)),\n"
