@@ -20,9 +20,10 @@ serving all of its calls; the next one starts while this one runs) and answers w
   requests. A built-in exception the program raised (``RAISABLE``) is raised in the
   test, so a test that expects one behaves as it would in the program's process.
 
-Every reply from the candidate is size-limited (``reply_bytes``, and ``reply_items`` but a stdin
-program's output), depth-limited (100 levels), numbered and checked against its expected shape;
-anything else, a timeout on any read, or the candidate's death fails the sample with a reason.
+Every reply from the candidate is size-limited (``reply_bytes``; and ``reply_items`` for all the
+replies of a problem together, but a stdin program's output), depth-limited (100 levels),
+numbered and checked against its expected shape; anything else, a timeout on any read, or the
+candidate's death fails the sample with a reason.
 
 The candidate runs inside bubblewrap (``bwrap_argv``: new user, PID, IPC, network, mount and UTS
 namespaces; a read-only root holding only the interpreter, its standard library and the shared
@@ -414,6 +415,7 @@ class Candidate:
             raise
         self.replies = LineReader(self.process.stdout.fileno(), limits["reply_bytes"])
         self.next_id, self.failed, self.calls, self.deadline = 0, None, 0, None
+        self.items = 0  # of all its replies so far (``request``): one problem's, capped as one
         # The handshake: sandbox_child.py sends its ready line once the sandbox is up and before
         # any program runs. Only a death before it can be the sandbox's failure (``death``).
         self.ready = False
@@ -469,11 +471,15 @@ class Candidate:
             raise self.stop(self.death()) from None
         except OverflowError:
             raise self.stop(f"a reply over {self.limits['reply_bytes']} bytes") from None
-        # Every JSON array has a "[", one in a string too: a count never under the arrays, taken
-        # before parsing, which costs about 150 bytes an array. A stdin program's output is text,
-        # which costs its bytes only.
-        if message.get("op") != "stdin" and line.count(b"[") > self.limits["reply_items"]:
-            raise self.stop(f"a reply over {self.limits['reply_items']} items")
+        # Every JSON array or object has a "[" or "{", every item after a container's first a ",",
+        # in a string too: a count never under the items, taken before parsing, which costs about 150
+        # bytes an array (a bare number less). All the replies of one problem count together: a
+        # 12-test problem of replies each under the cap cost the evaluation 16 s and 1.1 GiB. A stdin
+        # program's output is text, which costs its bytes only.
+        if message.get("op") != "stdin":
+            self.items += line.count(b"[") + line.count(b"{") + line.count(b",")
+            if self.items > self.limits["reply_items"]:
+                raise self.stop(f"replies over {self.limits['reply_items']} items in all")
         try:
             reply = json.loads(line)
         except (ValueError, RecursionError):

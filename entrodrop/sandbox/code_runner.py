@@ -63,11 +63,12 @@ class Limits:
     assertion job, from the start of its tests to its last call's reply; ``startup_s`` to start
     and load the program. ``file_bytes`` and ``num_files``: all it may write (its tmpfs).
     ``num_threads``: its threads, itself included (it may start no process). ``reply_bytes``: one reply;
-    ``reply_items``: the JSON arrays of one reply but a stdin program's output (every encoded
-    value is one, a container's payload another), counted before it is parsed: what its parsing
-    and checking cost in time and memory, here and in the harness, grows with them (about 150
-    bytes each). ``sandbox``: ``bubblewrap``, ``own`` (the project's layer), or ``auto`` (bubblewrap where it
-    runs, else ``own``, with a warning)."""
+    ``reply_items``: the JSON items of all of one problem's replies but a stdin program's output
+    (every encoded value an array, a container's payload another, every item after a container's
+    first a comma), counted before each is parsed: what their parsing and checking cost in time
+    and memory, here and in the harness, grows with them (about 80 bytes each). ``sandbox``:
+    ``bubblewrap``, ``own`` (the project's layer), or ``auto`` (bubblewrap where it runs, else
+    ``own``, with a warning)."""
 
     timeout_s: float = 6.0
     startup_s: float = 5.0
@@ -77,9 +78,12 @@ class Limits:
     open_files: int = 64
     num_threads: int = 64
     reply_bytes: int = 16 << 20
-    # An honest answer comes nowhere near: LiveCodeBench's constraints keep a returned list to
-    # about 10**5 items (10**5 pairs are 400,000 arrays), and HumanEval's and MBPP's to tens.
-    reply_items: int = 1_000_000
+    # About 80 MiB in the evaluation and as much in the harness a million items, a few seconds to
+    # parse and compare (2026-11-29: 12 replies of 10**5 ints, 3.6 million items, 283 MiB and 6 s;
+    # of 3 * 10**5, 820 MiB and 18 s): 5 million keeps a worker under 512 MiB. An honest answer stays
+    # below: LiveCodeBench's constraints keep a returned list to about 10**5 items (3 items an int),
+    # HumanEval's and MBPP's to tens, and a problem's tests seldom all return the largest.
+    reply_items: int = 5_000_000
     sandbox: str = "auto"
 
 

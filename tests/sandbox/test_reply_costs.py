@@ -154,12 +154,25 @@ def test_a_harness_stuck_past_its_tests_deadline_is_killed_at_it(sandbox):
     assert result.error == f"the harness stopped answering (1 s after its tests began, and {MARGIN_S:.0f} s more)"
 
 
-def test_a_reply_over_the_item_cap_fails_its_sample_with_the_reason(sandbox):
-    """The items (JSON arrays: every encoded value one) of a reply are counted before it is
-    parsed, so a reply of many small values costs no more than the cap: 4 replies of 16 MiB of
-    small ints held 1 GiB in the harness and again in the evaluation. A reply under it passes."""
+def test_replies_over_the_item_cap_fail_their_sample_with_the_reason(sandbox):
+    """The items of a problem's replies (JSON arrays and objects, and the commas between items:
+    every encoded value is an array) are counted before each is parsed, all the replies of one
+    problem together, so a problem of many small values costs no more than the cap: 4 replies of
+    16 MiB of small ints held 1 GiB in the harness and again in the evaluation, and 12 replies
+    each under a cap of one reply's 16 s and 1.1 GiB. Replies under it pass."""
     program = "class Solution:\n    def answer(self, x):\n        return [0] * x\n"
     limits = Limits(reply_items=1000, sandbox=sandbox)
-    over, under = run_all([{**functional(program), "inputs": [[1]] + [[2000]] * 3}, functional(program)], limits)
-    assert over.error == "a reply over 1000 items" and len(over.outputs) == 1
+    one, many, under = run_all([{**functional(program), "inputs": [[1], [2000]]},
+                                {**functional(program), "inputs": [[100]] * 12},  # 300 items each, 3,600 in all
+                                functional(program)], limits)
+    assert one.error == "replies over 1000 items in all" and len(one.outputs) == 1
+    assert many.error == "replies over 1000 items in all" and len(many.outputs) == 3
     assert under.error is None and under.outputs == [encode([0]), encode([0, 0])]
+
+
+def test_a_reply_of_bare_numbers_counts_each_of_them(sandbox):
+    """A reply built by hand, one array of numbers (encode's items are arrays): its commas count."""
+    sends = SENDS.format(reply="['list', [['int', 0]] * 3] if value == 1 else ['list', list(range(2000))]")
+    limits = Limits(reply_items=1000, sandbox=sandbox)
+    [result] = run_all([{**functional(sends), "inputs": [[1], [2]]}], limits)
+    assert result.error == "replies over 1000 items in all" and len(result.outputs) == 1
