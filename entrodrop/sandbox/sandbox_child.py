@@ -51,8 +51,8 @@ import types
 PRELUDES = {
     # LiveCodeBench's ``import_string`` (lcb_runner/evaluation/testing_util.py, line 27, commit
     # 28fef95ea8c9f7a547c8329f2cd3d32b92c1fa24), before every program, stdin and functional
-    # alike, its recursion limit included. Its ``from sys import *`` gives ``exit`` (sys.exit;
-    # there site's, which ``python -S`` has not), and ``run_stdin`` catches the SystemExit.
+    # alike, its recursion limit included. Its ``from builtins import *`` gives ``exit`` and ``quit``
+    # (site's there; ``site_exits`` here, under ``python -S``), and ``run_stdin`` catches the SystemExit.
     "livecodebench": ("from string import *\nfrom re import *\nfrom datetime import *\nfrom collections import *\n"
                       "from heapq import *\nfrom bisect import *\nfrom copy import *\nfrom math import *\n"
                       "from random import *\nfrom statistics import *\nfrom itertools import *\nfrom functools import *\n"
@@ -831,6 +831,18 @@ OPS = {"load": Program.load, "call": Program.call, "new": Program.new, "getattr"
        "setattr": Program.setattr, "truth": Program.truth, "stdin": Program.stdin}
 
 
+def site_exits() -> None:
+    """``exit`` and ``quit`` as builtins, as ``site`` makes them in the benchmarks' runners (the
+    candidate runs ``python -S``): each raises ``SystemExit`` with its code. LiveCodeBench's prelude
+    binds both from ``builtins``, and catches the ``SystemExit`` of a stdin program: ``quit()``
+    after the answer passes there."""
+
+    def leave(code=None):
+        raise SystemExit(code)
+
+    builtins.exit = builtins.quit = leave
+
+
 def end_as_default() -> None:
     """A handler for each of ``ENDING_SIGNALS`` that ends the program with status 128 + the signal,
     for the program as its namespace's init, which ignores a signal without one: ``os.kill(os.getpid(),
@@ -858,6 +870,7 @@ def main() -> None:
         end_as_default()
     replies.write(json.dumps({"id": 0, "ok": sandbox}) + "\n")
     replies.flush()
+    site_exits()
     program = Program()
     for line in requests:
         request = json.loads(line)

@@ -73,6 +73,7 @@ FUNCTIONAL = {
 # shape: (the program, the runner's verdict, ours where it differs, why); input "1", expected "2"
 STDIN = {
     "exit() after the answer": ("print(int(input()) + 1)\nexit()", True, None, ""),
+    "quit() after the answer": ("print(int(input()) + 1)\nquit()", True, None, ""),
     "SystemExit(3) after the answer": ("print(int(input()) + 1)\nraise SystemExit(3)", True, None, ""),
     "SIGKILL to itself after the answer": (
         "import os, signal\nprint(int(input()) + 1, flush=True)\nos.kill(os.getpid(), signal.SIGKILL)", False, None, ""),
