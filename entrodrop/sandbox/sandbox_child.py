@@ -831,6 +831,18 @@ OPS = {"load": Program.load, "call": Program.call, "new": Program.new, "getattr"
        "setattr": Program.setattr, "truth": Program.truth, "stdin": Program.stdin}
 
 
+def address_space(memory_bytes: int, file_bytes: int) -> int:
+    """The program's address space limit: ``memory_bytes`` less what its tmpfs may hold
+    (``file_bytes``, memory too), so that the two together stay within ``memory_bytes``; all of it
+    where that would leave less than half.
+
+    Example:
+        >>> address_space(4 << 30, 16 << 20) == (4 << 30) - (16 << 20), address_space(16 << 20, 16 << 20)
+        (True, 16777216)
+    """
+    return memory_bytes - file_bytes if memory_bytes >= 2 * file_bytes else memory_bytes
+
+
 def site_exits() -> None:
     """``exit`` and ``quit`` as builtins, as ``site`` makes them in the benchmarks' runners (the
     candidate runs ``python -S``): each raises ``SystemExit`` with its code. LiveCodeBench's prelude
@@ -855,7 +867,8 @@ def end_as_default() -> None:
 
 def main() -> None:
     config = json.loads(sys.argv[1])
-    for name, key in (("RLIMIT_AS", "memory_bytes"), ("RLIMIT_FSIZE", "file_bytes"), ("RLIMIT_NOFILE", "open_files")):
+    limit("RLIMIT_AS", address_space(config["memory_bytes"], config["file_bytes"]))
+    for name, key in (("RLIMIT_FSIZE", "file_bytes"), ("RLIMIT_NOFILE", "open_files")):
         limit(name, config[key])
     limit("RLIMIT_CORE", 0)
     # The protocol on private descriptors; 0, 1 and 2 on /dev/null.

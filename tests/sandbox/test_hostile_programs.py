@@ -335,7 +335,8 @@ def test_the_program_can_write_no_other_process_in_its_sandbox(sandbox):
     result = stdin_run(OTHER_PROCESSES, sandbox)
     assert result.error is None, result.error
     written, address_space = result.outputs[0].split("] [")
-    assert written == "[" and address_space.strip("]\n") in ("", f"'{limits.memory_bytes}'"), result.outputs
+    cap = child.address_space(limits.memory_bytes, limits.file_bytes)
+    assert written == "[" and address_space.strip("]\n") in ("", f"'{cap}'"), result.outputs
 
 
 def limits_of(pid: int) -> dict:
@@ -365,7 +366,7 @@ def test_every_process_in_the_sandbox_holds_the_program_s_limits(sandbox):
         seen = {pid: limits_of(pid) for pid in in_the_sandbox(harness)}
     assert seen
     for held in seen.values():
-        assert held["Max address space"] == str(limits.memory_bytes), seen
+        assert held["Max address space"] == str(child.address_space(limits.memory_bytes, limits.file_bytes)), seen
         assert held["Max open files"] == str(limits.open_files) and held["Max file size"] == str(limits.file_bytes), seen
         assert held["Max processes"] == str(limits.num_threads) and held["Max cpu time"] != "unlimited", seen
 
