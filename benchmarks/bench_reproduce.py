@@ -1,6 +1,6 @@
 """Runs per hour of `make reproduce` on this machine: a subset of its runs, as it schedules them.
 
-    python benchmarks/bench_reproduce.py                       (4 settings x 2 seeds, warm starts)
+    python benchmarks/bench_reproduce.py                       (4 settings x 2 seeds, forked runs)
     python benchmarks/bench_reproduce.py --cold                (each run a fresh `tune run`)
     python benchmarks/bench_reproduce.py --quick [--data DIR]  (2 runs of 20 steps of the tiny Qwen3: a test runs it)
     python benchmarks/bench_reproduce.py --settings baseline,entrodrop --seeds 3 --device cpu
@@ -8,7 +8,7 @@
 It trains the runs `make reproduce` (``entrodrop.experiments.reproduce``) would for ``--settings`` and seeds 0 to ``--seeds`` - 1
 (``reproduce.jobs``, in its order: the seed-0 baseline first, the runs that read its midpoint after
 it) on the demo's base (made first if missing, as `make reproduce` does), as many at once as
-``entrodrop.run_queue.runs_at_once`` says, into a temporary folder, and prints a table of the
+``entrodrop.experiments.run_queue.runs_at_once`` says, into a temporary folder, and prints a table of the
 wall time and the runs per hour. A figure of it belongs in docs/performance.md with its date and
 the machine's load: two runs side by side on this VM moved by up to 15% from one hour to the next,
 so compare two settings one after the other, and again in the other order.
@@ -26,8 +26,8 @@ from pathlib import Path
 
 from entrodrop.analysis.report import markdown_table
 from entrodrop.experiments import demo, reproduce
+from entrodrop.experiments.run_queue import run_jobs
 from entrodrop.experiments.tiny_data import tiny_data
-from entrodrop.run_queue import run_jobs
 
 STEP_TOKENS = 8 * 256  # configs/demo/cpt_*.yaml: global_batch_size x seq_len
 
@@ -50,7 +50,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=2, help="seeds 0 to N - 1 of each")
     parser.add_argument("--steps", type=int, default=None, help="steps a run (default: the configs', 320)")
     parser.add_argument("--device", default="cpu", help="cpu, or cuda where torch sees a GPU")
-    parser.add_argument("--cold", action="store_true", help="each run a fresh `tune run`, no warm start")
+    parser.add_argument("--cold", action="store_true", help="each run a fresh `tune run`, no forked runs")
     parser.add_argument("--quick", action="store_true", help="baseline and EntroDrop, one seed, 20 steps, the tiny Qwen3")
     parser.add_argument("--data", type=Path, help="--quick: where its stores and caches are made or found "
                         "(default: the temporary folder)")
@@ -76,13 +76,13 @@ def main() -> None:
                 if job.name.rsplit("_seed", 1)[0] in settings]
         print(f"{len(jobs)} runs:", flush=True)
         parallel = reproduce.parallel_on(args.device)
-        warm = not args.cold and args.device == "cpu"
+        forked = not args.cold and args.device == "cpu"
         start = time.perf_counter()
         run_jobs(jobs, parallel, Path(out) / "logs", Path(out) / ".runs", demo.run_env(threads=1), demo.REPO,
                  on_done=lambda job: print(f"  {job.name} done at {time.perf_counter() - start:.0f} s", flush=True),
-                 warm=warm)
+                 forked=forked)
         seconds = time.perf_counter() - start
-    mode = f"{'warm' if warm else 'cold'} starts, {parallel} at a time"
+    mode = f"{'forked' if forked else 'fresh'} runs, {parallel} at a time"
     print("\n".join(markdown_table(["runs", "steps a run", "device", "mode", "wall s", "runs per hour"],
                                    [[str(len(jobs)), str(args.steps or 320), args.device, mode, f"{seconds:.0f}",
                                      f"{len(jobs) * 3600 / seconds:.1f}"]])))

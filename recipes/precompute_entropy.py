@@ -34,7 +34,7 @@ from entrodrop.data.sample_store import SampleStore, SampleStoreWriter, sample_t
 from entrodrop.dir_lock import refused_on_every_rank, release_dir_lock, take_dir_lock
 from entrodrop.errors import OutputDirError
 from entrodrop.method.entropy import shard_entropies
-from entrodrop.throughput import Throughput
+from entrodrop.method.throughput import Throughput
 
 log = utils.get_logger("INFO")
 

@@ -1,4 +1,4 @@
-"""entrodrop.run_queue.py: jobs start in order once what they need is done, at most
+"""entrodrop.experiments.run_queue.py: jobs start in order once what they need is done, at most
 ``parallel`` at once, each done job is marked and skipped by the next call, and a failure stops new
 starts and names the job and its log. The jobs are small Python commands that wait for files, never
 for a time."""
@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from entrodrop.run_queue import RUN_ENV, Job, run_jobs, runs_at_once
+from entrodrop.experiments.run_queue import RUN_ENV, Job, run_jobs, runs_at_once
 
 PY = sys.executable
 

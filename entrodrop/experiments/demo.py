@@ -62,7 +62,7 @@ from entrodrop.analysis.report import propose_midpoint, read_run, write_entropy_
 from entrodrop.checkpointing import latest_checkpoint
 from entrodrop.dir_lock import LOCK_NAME, live_holder, release_dir_lock, take_dir_lock
 from entrodrop.errors import OutputDirError
-from entrodrop.run_queue import RUN_ENV, Job, run_jobs
+from entrodrop.experiments.run_queue import RUN_ENV, Job, run_jobs
 
 REPO = Path(__file__).resolve().parents[2]  # the checkout: its configs/, assets/ and outputs/
 
@@ -340,7 +340,7 @@ def init_base(configs: str, device: str) -> None:
 
 def run_group(out: Path, configs: str, runs: list, *extra: str, threads: int = 0, base_out: Path = None,
               baseline: str = "baseline") -> None:
-    """``runs`` (``(name, config, overrides)``) side by side (``entrodrop.run_queue``), from
+    """``runs`` (``(name, config, overrides)``) side by side (``entrodrop.experiments.run_queue``), from
     the base model in ``base_out`` (default ``out``), into ``out/<name>``, each at the baseline's
     compute and data order (``extra`` overrides go to every run; ``threads``: each run's CPU threads,
     0 for torch's default); "{midpoint}" in an override is the proposal of the run

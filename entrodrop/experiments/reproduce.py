@@ -13,7 +13,7 @@ model and entropies in outputs/demo, made if missing and reused where `make demo
 it trains each setting of ``SETTINGS`` with each seed (the data order and every mask draw; the same
 base) at the demo's compute (configs/demo/cpt_*.yaml: 320 steps, about 60 target epochs) into
 outputs/reproduce/<setting>_seed<N>, as many runs at once as the machine holds
-(``entrodrop.run_queue``): on the CPU one a core with one thread each; where torch sees a
+(``entrodrop.experiments.run_queue``): on the CPU one a core with one thread each; where torch sees a
 GPU, every run on it, as many at once as its memory and the CPU cores allow. EntroDrop's
 curriculum midpoint j0 is where the seed-0 baseline's validation loss stops falling, as in the
 demo; two settings beyond the paper put it at half that epoch, and gamma_max at 0.8.
@@ -49,7 +49,7 @@ from entrodrop.analysis.multi_seed import (
 )
 from entrodrop.analysis.report import markdown_table, read_run
 from entrodrop.experiments import demo, premise
-from entrodrop.run_queue import Job, cores, run_jobs, runs_at_once
+from entrodrop.experiments.run_queue import Job, cores, run_jobs, runs_at_once
 
 # Seeds a setting without SEEDS: 13 settings of 4 seeds (52 runs) fit an hour of this 2-core CPU (docs/reproduction.md).
 DEFAULT_SEEDS = 4
@@ -207,7 +207,7 @@ def runs(seeds: range, regime: Regime = DEMO) -> list:
 
 
 def jobs(seeds: range, device: str, *extra: str, base: Optional[str] = None, regime: Regime = DEMO) -> list:
-    """``runs`` as ``entrodrop.run_queue`` jobs, on ``device`` (``extra`` overrides go to every
+    """``runs`` as ``entrodrop.experiments.run_queue`` jobs, on ``device`` (``extra`` overrides go to every
     run), from the base model in ``base`` (default: ``regime``'s pre-trained one); a run that reads
     the midpoint waits for the seed-0 baseline."""
     first = run_name("baseline", 0)
@@ -223,7 +223,7 @@ def jobs(seeds: range, device: str, *extra: str, base: Optional[str] = None, reg
 
 
 def parallel_on(device: str) -> int:
-    """How many runs at once on ``device`` (``entrodrop.run_queue.runs_at_once``)."""
+    """How many runs at once on ``device`` (``entrodrop.experiments.run_queue.runs_at_once``)."""
     if device == "cpu":
         return runs_at_once("cpu", cores())
     import torch
@@ -235,9 +235,9 @@ def train(seeds: range, device: str, regime: Regime = DEMO) -> None:
     parallel = parallel_on(device)
     out = regime.out
     print(f"    {len(regime.settings) * len(seeds)} runs on {device}, {parallel} at a time", flush=True)
-    # warm starts (entrodrop.warm_start) on the CPU only: a fork after torch's import never met CUDA here
+    # forked runs (entrodrop.experiments.forked_runs) on the CPU only: a fork after torch's import never met CUDA here
     run_jobs(jobs(seeds, device, regime=regime), parallel, out / "logs", out / ".runs", demo.run_env(threads=1),
-             demo.REPO, on_done=lambda job: demo.print_figures(out, job.name), warm=device == "cpu")
+             demo.REPO, on_done=lambda job: demo.print_figures(out, job.name), forked=device == "cpu")
 
 
 def stages(seeds: range, device: str, regime: Regime = DEMO) -> list:

@@ -12,7 +12,7 @@ import pytest
 import torch
 from conftest import REPO, _load_script
 
-from entrodrop.throughput import Throughput
+from entrodrop.method.throughput import Throughput
 
 pytestmark = pytest.mark.recipe  # starts tune run / torchrun / a script in a subprocess
 

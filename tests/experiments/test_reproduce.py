@@ -99,7 +99,7 @@ def test_the_tables_pair_each_claim_by_seed_and_give_its_verdict_with_the_interv
     assert (tmp_path / "val_loss_by_epoch.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_on_a_gpu_the_base_and_every_run_train_there_and_the_warm_start_stays_on_the_cpu(monkeypatch, tmp_path):
+def test_on_a_gpu_the_base_and_every_run_train_there_and_forked_runs_stay_on_the_cpu(monkeypatch, tmp_path):
     """What `make reproduce` does where torch sees a GPU, checked without one: the base's
     pre-training and entropies get device=cuda, every run too, and the runs go as many at once as
     the GPU's memory and the cores allow, each a fresh process."""
@@ -114,9 +114,9 @@ def test_on_a_gpu_the_base_and_every_run_train_there_and_the_warm_start_stays_on
     monkeypatch.setattr(reproduce, "run_jobs", lambda jobs, parallel, *a, **k: queued.update(parallel=parallel, **k))
     monkeypatch.setattr(reproduce, "parallel_on", lambda device: reproduce.runs_at_once(device, 16, 80 << 30))
     reproduce.train(range(2), "cuda")
-    assert queued["parallel"] == 16 and queued["warm"] is False
+    assert queued["parallel"] == 16 and queued["forked"] is False
     reproduce.train(range(2), "cpu")
-    assert queued["warm"] is True
+    assert queued["forked"] is True
 
 
 def test_the_premise_regime_trains_the_papers_settings_on_its_own_base_and_charts_the_gain_across_regimes(tmp_path):

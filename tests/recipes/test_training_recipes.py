@@ -233,12 +233,12 @@ def test_every_baseline_switch_changes_what_it_should(data, tune_run, tmp_path, 
 
 def test_a_run_of_make_reproduces_queue_logs_the_plain_runs_losses_bit_for_bit(data, tmp_path, plain_run):
     """`make reproduce`'s speed-ups leave a run's numbers alone: the same run through its queue (a
-    warm start forked from preloaded imports, glibc's heap kept) logs what `tune run` logged."""
-    from entrodrop.run_queue import RUN_ENV, Job, run_jobs
+    a forked run from preloaded imports, glibc's heap kept) logs what `tune run` logged."""
+    from entrodrop.experiments.run_queue import RUN_ENV, Job, run_jobs
 
     argv = [TUNE, "run", *train_args(SINGLE, data, tmp_path / "queued", *SWITCH_BASE)]
     env = {**os.environ, **RUN_ENV, "OMP_NUM_THREADS": "1", **CACHES}
-    assert run_jobs([Job("queued", lambda: argv)], 1, tmp_path / "logs", tmp_path / "done", env, REPO, warm=True) == ["queued"]
+    assert run_jobs([Job("queued", lambda: argv)], 1, tmp_path / "logs", tmp_path / "done", env, REPO, forked=True) == ["queued"]
     queued = logged(tmp_path / "queued")
     assert sorted(queued) == [1, 2, 3] and "train: 100%" in (tmp_path / "logs" / "queued.log").read_text()
     for step in queued:

@@ -13,8 +13,8 @@ tiny model two single-thread runs do 1.4 times the work of one run on two thread
 many as its memory and the CPU cores that feed it allow, since one tiny run leaves a GPU idle.
 ``RUN_ENV`` is the environment every run gets beside that.
 
-``warm``: each slot runs its `tune run` jobs in forks of a process that imported the recipes'
-modules once (``entrodrop.warm_start``), not in fresh interpreters that import them again: 6 to 7 s
+``forked``: each slot runs its `tune run` jobs in forks of a process that imported the recipes'
+modules once (``entrodrop.experiments.forked_runs``), not in fresh interpreters that import them again: 6 to 7 s
 of a 100 s demo run on this CPU. Only on the CPU (see there).
 """
 
@@ -77,16 +77,16 @@ class Job:
 
 
 def is_tune_run(argv: Sequence[str]) -> bool:
-    """Whether ``argv`` is a `tune run <recipe file>` on one process, which a warm start can run."""
+    """Whether ``argv`` is a `tune run <recipe file>` on one process, which a forked run can run."""
     return len(argv) > 2 and os.path.basename(argv[0]) == "tune" and argv[1] == "run" and argv[2].endswith(".py")
 
 
 def run_jobs(jobs: Sequence[Job], parallel: int, logs: Path, done: Path, env: Optional[Mapping[str, str]] = None,
              cwd: Optional[Path] = None, on_done: Callable[[Job], None] = lambda job: None,
-             warm: bool = False) -> List[str]:
+             forked: bool = False) -> List[str]:
     """Run ``jobs`` in order, at most ``parallel`` at once, each one's stderr in ``logs/<name>.log``
     and its done mark in ``done``; ``env``: the environment of each (None: this one's); ``on_done``
-    is called (in the calling thread's stead, one at a time) after each that ends well; ``warm``:
+    is called (in the calling thread's stead, one at a time) after each that ends well; ``forked``:
     `tune run` jobs run in forks of a process that imported the recipes' modules (see the module docs).
 
     Returns:
@@ -112,7 +112,7 @@ def run_jobs(jobs: Sequence[Job], parallel: int, logs: Path, done: Path, env: Op
     ran: List[str] = []
     lock = threading.Lock()
     running: Dict[str, subprocess.Popen] = {}
-    servers: Dict[int, subprocess.Popen] = {}  # a slot's warm-start process (entrodrop.warm_start)
+    servers: Dict[int, subprocess.Popen] = {}  # a slot's fork server (entrodrop.experiments.forked_runs)
     job_env = None if env is None else dict(env)
 
     def run(job: Job) -> None:
@@ -126,18 +126,18 @@ def run_jobs(jobs: Sequence[Job], parallel: int, logs: Path, done: Path, env: Op
         for path in job.outputs:
             shutil.rmtree(path, ignore_errors=True)
         argv, log = [str(a) for a in job.argv()], logs / f"{job.name}.log"
-        if warm and is_tune_run(argv):
+        if forked and is_tune_run(argv):
             server = servers.get(threading.get_ident())
             if server is None:
-                server = subprocess.Popen([sys.executable, "-m", "entrodrop.warm_start"], cwd=cwd, env=job_env,
+                server = subprocess.Popen([sys.executable, "-m", "entrodrop.experiments.forked_runs"], cwd=cwd, env=job_env,
                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
                 servers[threading.get_ident()] = server
             with lock:
                 running[job.name] = server
             server.stdin.write(json.dumps({"argv": argv, "log": str(log)}) + "\n")
             server.stdin.flush()
-            status = server.stdout.readline().strip()  # "" when the warm-start process itself ended
-            why = f"exit status {status}" if status else f"the warm-start process ended ({server.poll()})"
+            status = server.stdout.readline().strip()  # "" when the fork server itself ended
+            why = f"exit status {status}" if status else f"the fork server ended ({server.poll()})"
             why = None if status == "0" else why
         else:
             with log.open("w") as err:
@@ -182,7 +182,7 @@ def run_jobs(jobs: Sequence[Job], parallel: int, logs: Path, done: Path, env: Op
         raise
     finally:
         for server in servers.values():
-            server.stdin.close()  # a warm-start process ends when its input does
+            server.stdin.close()  # a fork server ends when its input does
             server.wait()
     if failed:
         raise SystemExit("stopped: " + "; ".join(f"{name}: {why}" for name, why in failed.items()))

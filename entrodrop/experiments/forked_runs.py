@@ -1,6 +1,6 @@
 """`tune run` commands run in forks of one process that has imported what the recipes import.
 
-    python -m entrodrop.warm_start    (one JSON job a line on stdin, {"argv": [...], "log": path};
+    python -m entrodrop.experiments.forked_runs    (one JSON job a line on stdin, {"argv": [...], "log": path};
                                        the exit status of each, a line on stdout)
 
 A `tune run` of the demo's tiny model spends 6 to 7 s importing torch, torchtune (with torchao and
@@ -8,8 +8,8 @@ datasets) and the project before its first step, about 6% of a 100 s run on this
 process imports them once (``PRELOAD``) and runs nothing else; each job then runs in a fork of it,
 which starts with those modules loaded. The recipe file runs as `tune run` runs it
 (``entrodrop.config.run_recipe_file``), in a process of its own with its own memory, so nothing of
-one run reaches the next; its stderr goes to the job's log. ``entrodrop.run_queue`` starts one such
-process a slot with ``warm=True``, on the CPU only: a fork must never follow a CUDA initialization,
+one run reaches the next; its stderr goes to the job's log. ``entrodrop.experiments.run_queue`` starts one such
+process a slot with ``forked=True``, on the CPU only: a fork must never follow a CUDA initialization,
 which no GPU here has checked for torch's import.
 
 Ctrl-C reaches the runs (they report what they kept and end); this process ignores it and ends
