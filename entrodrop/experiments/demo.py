@@ -252,11 +252,13 @@ def _run_stages(stages: list, out: Path, resume: bool, command: str) -> None:
     print(f"done in {time.perf_counter() - start:.0f}s")
 
 
-def main() -> None:
+def main(device: str = "", resume: bool = False) -> None:
+    """The demo on ``device`` (``cpu``, ``cuda``; empty: where torch sees a GPU, the GPU version);
+    ``resume`` continues the stages a stopped call finished. scripts/demo.py passes Make's
+    ``DEVICE`` and ``RESUME``."""
     import torch
 
-    device = choose_device(os.environ.get("DEVICE", ""), torch.cuda.is_available())
-    resume = os.environ.get("RESUME", "0") not in ("", "0")
+    device = choose_device(device, torch.cuda.is_available())
     with continue_hint("make demo"):
         if device == "cuda":
             run_stages(gpu_stages(), GPU_OUT, resume)

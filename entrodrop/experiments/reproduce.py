@@ -31,7 +31,6 @@ The settings, claims and seeds were fixed before any run of this version: docs/r
 lists every setting tried.
 """
 
-import os
 from dataclasses import dataclass
 from functools import lru_cache, partial
 from pathlib import Path
@@ -308,15 +307,19 @@ def across_regimes(seeds: range, out: Path, regimes: Optional[list] = None) -> s
     return text
 
 
-def main() -> None:
+def main(regime_name: Optional[str] = None, device: str = "", seeds_wanted: Optional[str] = None,
+         resume: bool = False) -> None:
+    """The reproduction of the regime ``regime_name`` (``regime_from``), on ``device``
+    (``demo.choose_device``), seeds 0 to ``seeds_wanted`` - 1 (``seeds_from``, text as Make gives
+    it), ``resume`` continuing what a stopped call finished. scripts/reproduce.py passes Make's
+    ``REGIME``, ``DEVICE``, ``SEEDS`` and ``RESUME``."""
     import torch
 
-    regime = regime_from(os.environ.get("REGIME"))
-    device = demo.choose_device(os.environ.get("DEVICE", ""), torch.cuda.is_available())
-    seeds = seeds_from(os.environ.get("SEEDS"))
-    resume = os.environ.get("RESUME", "0") not in ("", "0")
+    regime = regime_from(regime_name)
+    device = demo.choose_device(device, torch.cuda.is_available())
+    seeds = seeds_from(seeds_wanted)
     extra = [f"device={device}"] if device != "cpu" else []
-    command = (f"SEEDS={os.environ['SEEDS']} " if os.environ.get("SEEDS") else "") + "make reproduce" + (
+    command = (f"SEEDS={seeds_wanted} " if seeds_wanted else "") + "make reproduce" + (
         "" if regime is DEMO else f" REGIME={regime.name}")
     with demo.continue_hint(command):
         demo.run_stages(regime.base_stages(*extra), regime.base_out, resume=True, command=command)  # reused where done

@@ -7,7 +7,7 @@ docs/reproduction.md has its figures.)"""
 import dataclasses
 
 import pytest
-from conftest import fake_run
+from conftest import REPO, fake_run, run_script_main
 
 from entrodrop.experiments import reproduce
 
@@ -151,3 +151,19 @@ def test_the_premise_regime_trains_the_papers_settings_on_its_own_base_and_chart
     assert rows[0].startswith("| premise | 0.080 | -0.0500 [-0.0500, -0.0500]: holds |")
     assert rows[1].startswith("| demo | 0.720 | +0.0000 [+0.0000, +0.0000]: not resolved |")
     assert (tmp_path / "across_regimes.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_scripts_take_makes_variables_as_their_defaults_and_the_library_reads_none(monkeypatch, capsys):
+    # `SEEDS=x make reproduce` reaches scripts/reproduce.py through the environment; the library takes arguments.
+    monkeypatch.setenv("SEEDS", "x")
+    status, _, _ = run_script_main("reproduce", ["--device", "cpu"], monkeypatch, capsys)
+    assert status == "SEEDS='x': must be a number of seeds, 1 or more (seeds 0 to SEEDS - 1 of every setting)"
+    status, _, _ = run_script_main("reproduce", ["--regime", "paper"], monkeypatch, capsys)
+    assert status.startswith("REGIME='paper': must be one of demo, premise")
+    monkeypatch.setenv("DEVICE", "gpu")
+    status, _, _ = run_script_main("demo", [], monkeypatch, capsys)
+    assert status == "DEVICE='gpu': must be cpu or cuda (or unset: cuda where a GPU is)"
+    for module in (REPO / "entrodrop").rglob("*.py"):
+        text = module.read_text()
+        for variable in ("DEVICE", "RESUME", "SEEDS", "REGIME"):
+            assert f'environ.get("{variable}"' not in text and f'environ["{variable}"]' not in text, (module, variable)
