@@ -24,10 +24,22 @@ from entrodrop.errors import OutputDirError
 LOCK_NAME = ".run.lock"
 
 
-def take_dir_lock(directory: Path, key: str, mark: Optional[Mapping[str, Any]] = None,
-                  what: Optional[str] = None) -> IO[str]:
+class DirInUse(OutputDirError):
+    """``take_dir_lock``'s refusal: another live process holds the directory (``holder``, in words)."""
+
+    def __init__(self, message: str, holder: str = ""):
+        super().__init__(message)
+        self.holder = holder
+
+
+def take_dir_lock(directory: Path, key: str, mark: Optional[Mapping[str, Any]] = None) -> IO[str]:
     """The lock file of ``directory`` (the config's ``key``), locked, with this process, ``key`` and
-    ``mark`` written in it. A refusal names the directory as ``what`` (default ``key=directory``)."""
+    ``mark`` written in it.
+
+    Raises:
+        DirInUse: another live process holds it.
+        OutputDirError: the lock's path is a folder.
+    """
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / LOCK_NAME
     while True:
@@ -42,8 +54,8 @@ def take_dir_lock(directory: Path, key: str, mark: Optional[Mapping[str, Any]] =
             lock.seek(0)
             holder = _holder(lock.read())
             lock.close()
-            raise OutputDirError(f"{what or f'{key}={directory}'} is in use by another run: {holder}, holds {path}. "
-                                 f"Wait for it to end, or stop it, or write elsewhere with another {key}") from None
+            raise DirInUse(f"{key}={directory} is in use by another run: {holder}, holds {path}. Wait for it to end, "
+                           f"or stop it, or write elsewhere with another {key}", holder) from None
         if path.exists() and os.path.samefile(path, lock.name):
             break
         lock.close()  # its holder removed it as it let go (release_dir_lock): lock the file at the path now

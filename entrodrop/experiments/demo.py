@@ -60,8 +60,7 @@ from typing import Optional
 from entrodrop.analysis.multi_seed import regime_table, run_figures, setting_figures, settings_table, verdict_lines
 from entrodrop.analysis.report import propose_midpoint, read_run, write_entropy_sample, write_report
 from entrodrop.checkpointing import latest_checkpoint
-from entrodrop.dir_lock import LOCK_NAME, live_holder, release_dir_lock, take_dir_lock
-from entrodrop.errors import OutputDirError
+from entrodrop.dir_lock import LOCK_NAME, DirInUse, release_dir_lock, take_dir_lock
 from entrodrop.experiments.run_queue import RUN_ENV, Job, run_jobs
 
 REPO = Path(__file__).resolve().parents[2]  # the checkout: its configs/, assets/ and outputs/
@@ -220,9 +219,9 @@ def run_stages(stages: list, out: Path, resume: bool, command: str = "make demo"
     """
     try:
         lock = take_dir_lock(out, command)
-    except OutputDirError:
+    except DirInUse as held:
         raise SystemExit(f"{command} stopped before anything ran: another call writes into {out} now "
-                         f"({live_holder(out / LOCK_NAME)}); wait for it to end, or stop it") from None
+                         f"({held.holder}); wait for it to end, or stop it") from None
     try:
         _run_stages(stages, out, resume, command)
     finally:

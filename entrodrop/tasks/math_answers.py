@@ -95,7 +95,7 @@ def cpu_bounded(call: Callable[[], T], limit_s: float, over: T) -> T:
 
 def one_budget(score: Callable[..., T]) -> Callable[..., T]:
     """``score`` (a task's ``process_results``) with one CPU budget, ``TIMEOUT_S``, for every
-    math-verify call it makes on its reply: an OlympiadBench reply of five answers cost 24.5 s of
+    math-verify call it makes on its reply: in the audit of 2026-11-28 an OlympiadBench reply of five answers cost 24.5 s of
     CPU when each call had 5 s of its own. A call that finds the budget spent reads no answer
     (``parsed``) or finds no equality (``equivalent``)."""
 

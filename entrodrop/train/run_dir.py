@@ -30,7 +30,7 @@ from entrodrop.checkpointing import (
 from entrodrop.data.loader import num_training_steps
 from entrodrop.data.store_identity import store_changes, store_identities, training_stores
 from entrodrop.errors import CheckpointError, ConfigError, NoCheckpointError, OutputDirError
-from entrodrop.train.run_lock import LOCK_NAME, others_folders
+from entrodrop.train.run_lock import LOCK_NAME, others_folders, run_folders
 
 # Files a logger writes before the first step: torchtune's copy of the config (written by
 # log_config at set-up, and rewritten by every run). A run that failed before its first step
@@ -122,10 +122,7 @@ def refuse_moving_others(cfg: DictConfig) -> None:
     """Raise before ``overwrite=True`` moves a folder aside that holds another run's folder (a
     checkpoint or log folder it locked, ``entrodrop.train.run_lock.others_folders``): moved, that
     run's records would name folders that hold this run's files, or nothing."""
-    output_dir, checkpoints, log_dir = _run_dirs(cfg)
-    dirs = [("output_dir", Path(output_dir)), ("checkpointer.output_dir", Path(checkpoints))]
-    theirs = others_folders(dirs + ([("metric_logger.log_dir", Path(log_dir))] if log_dir else []),
-                            Path(output_dir).resolve(), within=True)
+    theirs = others_folders(run_folders(cfg), Path(cfg.output_dir).resolve(), within=True)
     if theirs:
         raise OutputDirError(f"overwrite=True would move another run's folder aside: {'; '.join(theirs)}. Nothing "
                              "was moved: give this run an output_dir of its own")

@@ -22,22 +22,33 @@ earlier run aside around it (``run_dir.move_aside``), so the run keeps holding i
 
 from contextlib import ExitStack
 from pathlib import Path
-from typing import List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from omegaconf import DictConfig
 
 from entrodrop.dir_lock import LOCK_NAME, live_holder, lock_record, refused_on_every_rank, take_dir_lock
 from entrodrop.errors import OutputDirError
 
-__all__ = ["LOCK_NAME", "hold_run_dir", "hold_run_dirs", "others_folders", "run_owner"]
+__all__ = ["LOCK_NAME", "hold_run_dir", "hold_run_dirs", "others_folders", "run_folders", "run_owner"]
+
+
+def _written_outside(cfg: DictConfig) -> Dict[str, Optional[str]]:
+    """The folders a training config writes besides ``output_dir``, by key (None: a metric logger
+    that writes no local files)."""
+    return {"checkpointer.output_dir": cfg.checkpointer.output_dir, "metric_logger.log_dir": cfg.metric_logger.get("log_dir")}
+
+
+def run_folders(cfg: DictConfig) -> List[Tuple[str, Path]]:
+    """``(config key, directory)`` of each folder a training run writes and locks: its
+    ``output_dir``, and its checkpoint and log directories where they are not inside it."""
+    return _to_lock(cfg.output_dir, _written_outside(cfg))
 
 
 def hold_run_dirs(cfg: DictConfig, rank: int = 0, distributed: bool = False) -> Optional[ExitStack]:
     """``hold_run_dir`` for a training config: its ``output_dir``, and the checkpoint and log
     directories it writes outside it (a metric logger that writes no local files has no
     ``log_dir``)."""
-    return hold_run_dir(cfg.output_dir, rank, distributed, others={
-        "checkpointer.output_dir": cfg.checkpointer.output_dir, "metric_logger.log_dir": cfg.metric_logger.get("log_dir")})
+    return hold_run_dir(cfg.output_dir, rank, distributed, others=_written_outside(cfg))
 
 
 def hold_run_dir(output_dir: str, rank: int = 0, distributed: bool = False,
@@ -111,8 +122,8 @@ def others_folders(dirs: Sequence[Tuple[str, Path]], run: Path, within: bool = F
     lines = []
     for key, directory in dirs:
         path = Path(directory).resolve()
-        inside = [(above, run_owner(above / LOCK_NAME)) for above in path.parents if above not in ours]
-        where = next(((above, owner) for above, owner in inside if owner not in (None, run)), None)
+        owners = ((above, run_owner(above / LOCK_NAME)) for above in path.parents if above not in ours)
+        where = next(((above, owner) for above, owner in owners if owner not in (None, run)), None)
         if where:
             lines.append(f"{key}={directory} is inside {where[0]}, which belongs to {_whose(where[0], where[1])}")
             continue
