@@ -43,7 +43,7 @@ def bench_args(embed_dim: int) -> dict:
 
 
 def write_checkpoint(out: Path, embed_dim: int) -> None:
-    from entrodrop.checkpointing import write_random_checkpoint
+    from entrodrop.models.checkpointing import write_random_checkpoint
 
     args = {**bench_args(embed_dim), "norm_eps": 1e-6, "rope_base": 1e6}
     write_random_checkpoint(out, "QWEN3", args, REPO / "assets" / "tiny" / "tokenizer", dtype=torch.float32)
@@ -62,10 +62,10 @@ def peak_rss_mib() -> float:
 
 def worker(method: str, ckpt: Path, embed_dim: int, num_samples: int, batch_size: int, chunk_size: int,
            vocab_chunk_size: int, pack_rows_of: int) -> dict:
-    from entrodrop.checkpointing import HFCheckpointer
     from entrodrop.data.corpus import tokenize_corpus
     from entrodrop.data.sample_store import SampleStoreWriter, sample_table
     from entrodrop.method.entropy import shard_entropies
+    from entrodrop.models.checkpointing import HFCheckpointer
     from entrodrop.models.head import layerwise_hidden_states, output_weight
     from entrodrop.models.qwen3._component_builders import qwen3
     from entrodrop.models.qwen3._model_builders import qwen3_tokenizer

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import torch
 
-from entrodrop.checkpointing import write_random_checkpoint
+from entrodrop.models.checkpointing import write_random_checkpoint
 from entrodrop.models.shapes import QWEN3_0_6B
 
 REPO = Path(__file__).resolve().parent.parent
@@ -191,7 +191,7 @@ def tiny_tokenizer():
 def our_model(ckpt: Path, device: torch.device, dtype: torch.dtype, tokenizer) -> torch.nn.Module:
     """The torchtune model of ``ckpt`` (Qwen3-0.6B's shape on CUDA, the tiny one on CPU), made to
     speak only what the tokenizer decodes."""
-    from entrodrop.checkpointing import HFCheckpointer
+    from entrodrop.models.checkpointing import HFCheckpointer
     from entrodrop.models.qwen3._component_builders import qwen3
     from entrodrop.models.tiny import TINY_QWEN3
 

@@ -45,9 +45,9 @@ import torch
 from omegaconf import OmegaConf
 
 from entrodrop.analysis.report import read_run
-from entrodrop.checkpointing import write_random_checkpoint
 from entrodrop.data.sample_store import SampleStore
 from entrodrop.models import shapes
+from entrodrop.models.checkpointing import write_random_checkpoint
 from entrodrop.models.families import FAMILIES
 from entrodrop.models.tiny import TINY_QWEN3
 

@@ -13,7 +13,7 @@ the mean loss, gradients of the hidden states and the weight. Three ways:
 2. ``torchtune chunked``: ``CEWithChunkedOutputLoss`` over 8 chunks of logits, projected chunk by
    chunk along the sequence as ``TransformerDecoder.chunked_output`` does (all 8 are kept for
    backward);
-3. ``fused``: ``entrodrop.loss.linear_cross_entropy``, ``chunk_size`` tokens at a time, logits
+3. ``fused``: ``entrodrop.models.loss.linear_cross_entropy``, ``chunk_size`` tokens at a time, logits
    recomputed in backward;
 4. with ``--device cuda`` only: ``liger``, liger-kernel's fused linear cross entropy
    (``LinearCrossEntropy(impl="liger")``, ``pip install -e '.[gpu]'``), the other fused
@@ -63,7 +63,7 @@ def child(variant: str, tokens: int, dim: int, vocab: int, repeats: int, chunk_s
     import torch.nn.functional as F
     from torchtune.modules.loss import CEWithChunkedOutputLoss
 
-    from entrodrop.loss import LinearCrossEntropy, linear_cross_entropy
+    from entrodrop.models.loss import LinearCrossEntropy, linear_cross_entropy
 
     cuda = device == "cuda"
     dtype = torch.bfloat16 if cuda else torch.float32
@@ -152,7 +152,7 @@ def main() -> None:
     cuda = args.device == "cuda"
     logits_bytes = args.tokens * args.vocab * 4
     runs = [("unfused", "unfused", 0), ("torchtune chunked", "torchtune CEWithChunkedOutputLoss, 8 chunks", 0)]
-    runs += [("fused", f"fused (entrodrop.loss), chunk_size {c}", c) for c in map(int, args.chunk_sizes.split(","))]
+    runs += [("fused", f"fused (entrodrop.models.loss), chunk_size {c}", c) for c in map(int, args.chunk_sizes.split(","))]
     runs += [("liger", "liger-kernel fused linear cross entropy", 0)] if cuda else []
     print(f"{args.tokens} tokens x width {args.dim}, weight {args.vocab} x {args.dim}, {'bf16' if cuda else 'fp32'} on "
           f"{args.device}, forward + backward; full logits would be {logits_bytes / GIB:.1f} GiB in fp32")

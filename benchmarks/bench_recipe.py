@@ -158,7 +158,6 @@ def demo_step(stores: Path, cache: Path, shape: dict, loss_fn) -> tuple:
     from entrodrop.data.loader import build_loader
     from entrodrop.data.packing import block_causal_mask
     from entrodrop.data.sample_store import SampleStore
-    from entrodrop.loss import model_output_for
     from entrodrop.method.dropout import (
         EmbeddingHook,
         TokenDropoutPlan,
@@ -167,6 +166,7 @@ def demo_step(stores: Path, cache: Path, shape: dict, loss_fn) -> tuple:
         plan_perturbation,
     )
     from entrodrop.method.loss_signal import LossSignal, loss_with_token_losses
+    from entrodrop.models.loss import model_output_for
     from entrodrop.models.qwen3._component_builders import qwen3
 
     torch.manual_seed(0)
@@ -269,7 +269,7 @@ def in_one_process(root: Path, cache: Path, shape: dict, pairs: int) -> dict:
     ``shape`` on its ``cache``: EntroDrop on against off, and signal: loss against entropy with each loss."""
     from torchtune.modules.loss import CEWithChunkedOutputLoss
 
-    from entrodrop.loss import LinearCrossEntropy
+    from entrodrop.models.loss import LinearCrossEntropy
 
     print(f"in one process: planning alone, then {pairs} alternating pairs of steps, three times", flush=True)
     found = {"plan_ms": time_plan(cache, root)}

@@ -81,11 +81,6 @@ class MissingPackageError(ConfigError, ImportError):
     liger-kernel); the message names the key and the install command."""
 
 
-class RecipeLocationError(EntroDropError, ImportError):
-    """``tune run <path>.py`` where there is no file at that path; the message names where it
-    was looked for."""
-
-
 class DamagedLineError(EntroDropError, ValueError):
     """A line that cannot be read in a file a run appends to a line at a time (``evals.jsonl``, the
     step log) that is not its last: damage, where a cut last line is a write that did not finish."""

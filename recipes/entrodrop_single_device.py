@@ -29,7 +29,6 @@ from torchtune import config, training, utils
 from tqdm import tqdm
 
 from entrodrop import devices
-from entrodrop.checkpointing import HFCheckpointer, latest_checkpoint
 from entrodrop.config import cli, schemas
 from entrodrop.data.entropy_cache import check_cache_model
 from entrodrop.data.loader import build_loader, describe_budget, plan_budget
@@ -40,8 +39,9 @@ from entrodrop.eval.evaluator import Evaluator
 from entrodrop.eval.records import metric_fields, record_evaluation
 from entrodrop.eval.task_checks import allow_code, task_index
 from entrodrop.eval.validation import open_validation
-from entrodrop.loss import model_output_for
 from entrodrop.method.dropout import add_hidden_dropout
+from entrodrop.models.checkpointing import HFCheckpointer, latest_checkpoint
+from entrodrop.models.loss import model_output_for
 from entrodrop.train.activations import checkpoint_layers
 from entrodrop.train.cadence import crossed_multiple, evaluation_due
 from entrodrop.train.parallel import check_single_process
@@ -176,7 +176,7 @@ class EntroDropRecipeSingleDevice:
         # e_bar: the mean of the base model's embedding matrix; a resumed run's comes from its state.
         self._token_dropout.attach(model, None if state else model_sd["tok_embeddings.weight"])
         # What the loss reads: the final hidden states, projected by a fused loss in chunks so
-        # the [tokens, vocab] logits never exist (entrodrop.loss), or torchtune's chunks of logits.
+        # the [tokens, vocab] logits never exist (entrodrop.models.loss), or torchtune's chunks of logits.
         self._forward = model_output_for(model, self._loss_fn)
 
     def _setup_optimizer(self, cfg: DictConfig, state: Optional[dict]) -> None:

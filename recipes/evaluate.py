@@ -33,7 +33,6 @@ from omegaconf import DictConfig, OmegaConf
 from torchtune import config, training, utils
 
 from entrodrop import devices
-from entrodrop.checkpointing import HFCheckpointer, damaged_weights
 from entrodrop.config import cli, schemas
 from entrodrop.errors import CheckpointError, raise_problems
 from entrodrop.eval.evaluator import Evaluator
@@ -48,6 +47,7 @@ from entrodrop.eval.offline import (
 from entrodrop.eval.records import record_evaluation, task_scoring
 from entrodrop.eval.task_checks import allow_code, task_index
 from entrodrop.eval.validation import open_validation
+from entrodrop.models.checkpointing import HFCheckpointer, damaged_weights
 from entrodrop.models.hf_config import model_config_problems
 
 log = utils.get_logger("INFO")

@@ -31,10 +31,10 @@ from entrodrop.config import cli, schemas
 from entrodrop.data.entropy_cache import kept_shards
 from entrodrop.data.fingerprints import entropy_cache_key
 from entrodrop.data.sample_store import SampleStore, SampleStoreWriter, sample_table
-from entrodrop.dir_lock import refused_on_every_rank, release_dir_lock, take_dir_lock
 from entrodrop.errors import OutputDirError
 from entrodrop.method.entropy import shard_entropies
 from entrodrop.method.throughput import Throughput
+from entrodrop.storage.files import refused_on_every_rank, release_dir_lock, take_dir_lock
 
 log = utils.get_logger("INFO")
 

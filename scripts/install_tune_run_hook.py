@@ -8,14 +8,14 @@ torchrun's ``python -m`` (N). torchtune's wheel installs a top-level ``recipes``
 ``recipes/x.py`` imports torchtune's; an absolute, ``./`` or ``../`` path is refused by Python; and
 torchrun's launcher prints a traceback for Ctrl-C and for a worker's error. Nothing of ours runs in
 the launcher before that, so the one thing written here is a ``.pth`` line that, in a `tune run`
-alone, runs ``started`` of this checkout's ``entrodrop/config/tune_run.py``. In every other Python
+alone, runs ``started`` of this checkout's ``entrodrop/launch/tune_run.py``. In every other Python
 start it compares ``sys.argv[1:2]`` with ``['run']`` (and the program's name with ``tune``) and
 stops: it imports nothing and puts nothing on ``sys.path`` (docs/training.md, "Why `make`
 installs a start-up hook", gives its cost).
 
-The file is run by its path (``runpy.run_path``), not imported as ``entrodrop.config.tune_run``: the
+The file is run by its path (``runpy.run_path``), not imported as ``entrodrop.launch.tune_run``: the
 working directory is not on ``sys.path`` yet when the line runs. The workers need no hook: they run
-``entrodrop.config.run_recipe_file``, which sets them up itself.
+``entrodrop.launch.run_recipe_file``, which sets them up itself.
 
 An environment made before this script existed has ``OLD_PTH``, which put the checkout first on
 ``sys.path`` at every start; it is removed.
@@ -38,8 +38,8 @@ def main() -> None:
     site = Path(sysconfig.get_paths()["purelib"])
     (site / OLD_PTH).unlink(missing_ok=True)
     pth = site / PTH_NAME
-    pth.write_text(LINE.format(hook=str(root / "entrodrop" / "config" / "tune_run.py")))
-    print(f"{pth}: `tune run` runs {root / 'entrodrop' / 'config' / 'tune_run.py'} as it starts")
+    pth.write_text(LINE.format(hook=str(root / "entrodrop" / "launch" / "tune_run.py")))
+    print(f"{pth}: `tune run` runs {root / 'entrodrop' / 'launch' / 'tune_run.py'} as it starts")
 
 
 if __name__ == "__main__":

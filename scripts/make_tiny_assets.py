@@ -42,7 +42,7 @@ from tokenizers import (
 )
 from torchtune.models.qwen2._tokenizer import PRETOKENIZE_REGEX
 
-from entrodrop.checkpointing import write_random_checkpoint
+from entrodrop.models.checkpointing import write_random_checkpoint
 from entrodrop.models.families import FAMILIES
 from entrodrop.models.qwen3._model_builders import QWEN3_SPECIAL_TOKENS
 from entrodrop.models.tiny import BPE_VOCAB_SIZE, DEMO_QWEN3, TINY, TINY_QWEN3

@@ -16,13 +16,13 @@ from lm_eval.api.instance import Instance
 from torch import nn
 from torchtune import training
 
-from entrodrop.checkpointing import HFCheckpointer
 from entrodrop.data.packing import GENERAL, TARGET, block_causal_mask, pack_rows
 from entrodrop.eval.adapter import TorchtuneLM
-from entrodrop.loss import LinearCrossEntropy
 from entrodrop.method.dropout import TokenDropoutPlan, entropy_gate, plan_perturbation
 from entrodrop.method.entropy import shard_entropies
+from entrodrop.models.checkpointing import HFCheckpointer
 from entrodrop.models.head import fp32_logits
+from entrodrop.models.loss import LinearCrossEntropy
 from entrodrop.models.qwen3._component_builders import qwen3
 from entrodrop.models.qwen3._model_builders import qwen3_tokenizer
 from entrodrop.models.tiny import TINY_QWEN3

@@ -1,3 +1,5 @@
+import ast
+import graphlib
 import importlib
 import pkgutil
 import subprocess
@@ -11,7 +13,7 @@ import entrodrop
 
 def test_every_module_of_the_library_imports():
     names = [m.name for m in pkgutil.walk_packages(entrodrop.__path__, "entrodrop.")]
-    assert "entrodrop.models.qwen3" in names and "entrodrop.checkpointing" in names
+    assert "entrodrop.models.qwen3" in names and "entrodrop.models.checkpointing" in names
     for name in names:
         importlib.import_module(name)
 
@@ -27,3 +29,37 @@ def test_starting_a_training_recipe_imports_no_analysis_library():
             "print(sorted(m for m in ('scipy', 'matplotlib') if m in sys.modules))")
     found = subprocess.run([sys.executable, "-c", code, str(recipe)], capture_output=True, text=True, check=True)
     assert found.stdout.strip() == "[]"
+
+
+def _imports_between_folders():
+    """{folder: folders it imports}, over every import in the library (top level or in a function),
+    a folder being a sub-package of ``entrodrop`` or one of its root modules."""
+    root = Path(entrodrop.__file__).parent
+    edges = {}
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(root).parts
+        source = parts[0] if len(parts) > 1 else path.stem
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            for name in names:
+                target = name.split(".")[1] if name.startswith("entrodrop.") else None
+                if target and target != source and ((root / target).is_dir() or (root / f"{target}.py").is_file()):
+                    edges.setdefault(source, set()).add(target)
+    return edges
+
+
+def test_the_library_root_holds_only_the_errors_and_the_devices():
+    root = Path(entrodrop.__file__).parent
+    assert sorted(p.name for p in root.glob("*.py")) == ["__init__.py", "devices.py", "errors.py"]
+
+
+def test_no_folder_of_the_library_imports_one_that_imports_it_back():
+    edges = _imports_between_folders()
+    assert "storage" in edges["models"] and "models" in edges["data"]  # the walk sees the imports
+    order = list(graphlib.TopologicalSorter(edges).static_order())  # raises CycleError on a circle
+    assert order.index("errors") < order.index("models") < order.index("data") < order.index("method") < order.index("train")

@@ -13,13 +13,13 @@ changes:
 - An error a user can fix (``entrodrop.errors.EntroDropError``: a config value, a store or
   cache, the output directory, a checkpoint) prints its message alone and exits with status 1;
   in an N-process run, rank 0 alone prints it, and torchrun's launcher prints it again last, in
-  place of its report of the failed processes (``entrodrop.config.tune_run``). So is a write the
+  place of its report of the failed processes (``entrodrop.launch.tune_run``). So is a write the
   disk refused for want of room (``full_disk_line``): the path, the room left there, and how the
   same command goes on. ``ENTRODROP_DEBUG=1`` shows the traceback.
   Any other exception is a bug and keeps its traceback.
 - Ctrl-C prints one line, from rank 0, in place of the ``KeyboardInterrupt`` traceback: what the
   run kept and how to go on, as the recipe says (``parse(kept=...)``), and exits with status 130
-  (``entrodrop.config.tune_run`` does the same around the recipe's main: torchrun's launcher, the
+  (``entrodrop.launch.tune_run`` does the same around the recipe's main: torchrun's launcher, the
   imports).
 
 Example:
@@ -34,7 +34,6 @@ import functools
 import os
 import signal
 import sys
-import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, List, Optional
@@ -47,12 +46,11 @@ from torchtune.config._utils import _merge_yaml_and_cli_args
 from tqdm import tqdm
 
 from entrodrop.config.check import whole_config_problem
-from entrodrop.config.tune_run import DEBUG_ENV, INTERRUPTED, INTERRUPTED_EXIT, debugging, write_error_file
 from entrodrop.errors import ConfigError, DiskFullError, EntroDropError, disk_full
-from entrodrop.launch import end_with_launcher
+from entrodrop.launch.tune_run import INTERRUPTED, INTERRUPTED_EXIT, debugging, exit_reported
+from entrodrop.launch.workers import end_with_launcher
 
 # How long a rank other than 0 waits to be stopped before it prints its own error.
-RANK_ZERO_GRACE_S = 10.0
 
 
 def emptied(cfg: DictConfig, overrides: List[str]) -> DictConfig:
@@ -120,22 +118,7 @@ def reported(kept: Callable[[], Optional[str]] = lambda: None) -> Iterator[None]
         if full:
             _close_progress_bars()  # a bar left open draws itself again below the line, as for Ctrl-C
             error = full_disk_line(error, kept)
-        rank = int(os.environ.get("RANK", "0"))
-        if rank:
-            # torchrun stops every process once one fails: if rank 0 fails too (a config error
-            # fails on every rank), it prints while this one waits; if not, this rank prints.
-            time.sleep(RANK_ZERO_GRACE_S)
-        print(f"{f'[rank {rank}] ' if rank else ''}{error}\n(exit status 1; {DEBUG_ENV}=1 shows the traceback)",
-              file=sys.stderr, flush=True)
-        write_error_file(str(error))  # torchrun's launcher repeats it, last (entrodrop.config.tune_run)
-        sys.exit(1)
-
-
-def exit_with(error: EntroDropError) -> None:
-    """Report ``error`` as a recipe's errors are (``reported``: its message alone, exit status 1),
-    from code that runs outside a recipe's main: ``run_recipe_file`` given a path with no file."""
-    with reported():
-        raise error
+        exit_reported(str(error))
 
 
 def _where(mark) -> str:

@@ -9,10 +9,10 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from entrodrop.checkpointing import damaged_weights, find_weight_files
 from entrodrop.data.fingerprints import fingerprint_checkpoint
 from entrodrop.data.sample_store import KINDS, MANIFEST, SampleStore, shards_written
 from entrodrop.errors import CacheMismatchError, CheckpointError
+from entrodrop.models.checkpointing import damaged_weights, find_weight_files
 
 
 def model_vocab_size(checkpoint_dir: str) -> int:

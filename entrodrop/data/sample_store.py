@@ -37,7 +37,7 @@ import numpy as np
 
 from entrodrop.data.corpus import token_hash, token_hashes
 from entrodrop.errors import CacheMismatchError, MissingFileError, naming_full_disk
-from entrodrop.temp_paths import temp_dir
+from entrodrop.storage.files import temp_dir
 
 STORE_VERSION = 1
 MANIFEST = "manifest.json"

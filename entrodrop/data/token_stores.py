@@ -31,9 +31,8 @@ from entrodrop.data.corpus import sample_pieces
 from entrodrop.data.sample_store import SampleStoreWriter, sample_table, shards_written, store_complete
 from entrodrop.data.selection import RowBudget, rows_within_budget
 from entrodrop.data.store_plans import VALIDATION, StorePlan
-from entrodrop.dir_lock import LOCK_NAME, release_dir_lock, take_dir_lock
 from entrodrop.errors import OutputDirError, SourceError, naming_full_disk
-from entrodrop.temp_paths import temp_file
+from entrodrop.storage.files import LOCK_NAME, release_dir_lock, take_dir_lock, temp_file
 
 PARTS = ".parts-"
 
@@ -89,7 +88,7 @@ def write_token_store(plan: StorePlan, tokenizer, key: Dict[str, Any], max_seq_l
                       all_gather: Callable[[Any], List[Any]] = lambda x: [x],
                       barrier: Callable[[], None] = lambda: None) -> Optional[List[str]]:
     """Tokenize ``plan`` into its store; returns rank 0's log lines of what was stored (None elsewhere).
-    Rank 0 holds the store directory's lock (``entrodrop.dir_lock``) throughout: two runs writing one
+    Rank 0 holds the store directory's lock (``entrodrop.storage.files``) throughout: two runs writing one
     store would remove or replace each other's shards half written.
 
     Raises:

@@ -11,12 +11,12 @@ import torch.distributed as dist
 from omegaconf import DictConfig
 from torchtune import utils
 
-from entrodrop.checkpointing import PROGRESS_FNAME, RECIPE_STATE_FNAME, checkpoint_problem, latest_checkpoint
 from entrodrop.data.entropy_cache import model_vocab_size
 from entrodrop.data.sample_store import SampleStore
 from entrodrop.data.store_identity import check_evaluation_stores
 from entrodrop.errors import IncompleteCheckpointError, ScoringPathError
 from entrodrop.eval.records import already_scored, read_evaluations
+from entrodrop.models.checkpointing import PROGRESS_FNAME, RECIPE_STATE_FNAME, checkpoint_problem, latest_checkpoint
 
 log = utils.get_logger("INFO")
 

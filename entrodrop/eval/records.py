@@ -13,7 +13,7 @@ from typing import Callable, Dict, List, Optional, TypeVar
 
 from entrodrop.errors import DamagedLineError, naming_full_disk
 from entrodrop.method.dropout import AUTO_NOT_FIXED
-from entrodrop.temp_paths import temp_file
+from entrodrop.storage.files import temp_file
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -59,9 +59,9 @@ from typing import Optional
 
 from entrodrop.analysis.multi_seed import regime_table, run_figures, setting_figures, settings_table, verdict_lines
 from entrodrop.analysis.report import propose_midpoint, read_run, write_entropy_sample, write_report
-from entrodrop.checkpointing import latest_checkpoint
-from entrodrop.dir_lock import LOCK_NAME, DirInUse, release_dir_lock, take_dir_lock
 from entrodrop.experiments.run_queue import RUN_ENV, Job, run_jobs
+from entrodrop.models.checkpointing import latest_checkpoint
+from entrodrop.storage.files import LOCK_NAME, DirInUse, release_dir_lock, take_dir_lock
 
 REPO = Path(__file__).resolve().parents[2]  # the checkout: its configs/, assets/ and outputs/
 
@@ -331,7 +331,7 @@ def init_base(configs: str, device: str) -> None:
     import torch
     from omegaconf import OmegaConf
 
-    from entrodrop.checkpointing import write_random_checkpoint
+    from entrodrop.models.checkpointing import write_random_checkpoint
 
     cfg = OmegaConf.load(REPO / configs / "pretrain.yaml")
     args = {k: v for k, v in OmegaConf.to_container(cfg.model).items() if k != "_component_"}

@@ -7,7 +7,7 @@ A `tune run` of the demo's tiny model spends 6 to 7 s importing torch, torchtune
 datasets) and the project before its first step, about 6% of a 100 s run on this 2-core CPU. This
 process imports them once (``PRELOAD``) and runs nothing else; each job then runs in a fork of it,
 which starts with those modules loaded. The recipe file runs as `tune run` runs it
-(``entrodrop.config.run_recipe_file``), in a process of its own with its own memory, so nothing of
+(``entrodrop.launch.run_recipe_file``), in a process of its own with its own memory, so nothing of
 one run reaches the next; its stderr goes to the job's log. ``entrodrop.experiments.run_queue`` starts one such
 process a slot with ``forked=True``, on the CPU only: a fork must never follow a CUDA initialization,
 which no GPU here has checked for torch's import.
@@ -26,8 +26,8 @@ from typing import Callable, Iterable, Sequence
 
 # What the training recipes import that takes time.
 PRELOAD = ("torch", "torchtune", "torchtune.training", "entrodrop.train.token_dropout", "entrodrop.data.loader",
-           "entrodrop.config.schemas", "entrodrop.config.cli", "entrodrop.checkpointing", "entrodrop.eval.evaluator",
-           "entrodrop.eval.task_checks", "entrodrop.loss")
+           "entrodrop.config.schemas", "entrodrop.config.cli", "entrodrop.models.checkpointing", "entrodrop.eval.evaluator",
+           "entrodrop.eval.task_checks", "entrodrop.models.loss")
 
 
 def _exit_code(error: SystemExit) -> int:
@@ -50,7 +50,7 @@ def run_in_fork(argv: Sequence[str], log: str) -> int:
         with open(log, "w") as err, open(os.devnull, "w") as out:
             os.dup2(err.fileno(), 2)
             os.dup2(out.fileno(), 1)
-        from entrodrop.config.run_recipe_file import main
+        from entrodrop.launch.run_recipe_file import main
 
         main(["run_recipe_file", *argv[2:]])
         code = 0

@@ -22,7 +22,7 @@ keeps its last clean value (its entropy, before any clean visit). Every other ta
 loss is recorded as trained, context drops included: a drop elsewhere in the context is part
 of what training sees.
 
-Which losses give per-token values: ours (``entrodrop.loss.LinearCrossEntropy``, ``impl:
+Which losses give per-token values: ours (``entrodrop.models.loss.LinearCrossEntropy``, ``impl:
 torch``: the chunks compute them anyway) and torchtune's ``CEWithChunkedOutputLoss`` (its
 chunks' cross-entropy, unreduced, then summed). liger-kernel's fused kernel returns the
 reduced loss only: ``signal: loss`` with ``impl: liger`` is a config error.
@@ -39,8 +39,8 @@ from torchtune.modules.loss import CEWithChunkedOutputLoss
 
 from entrodrop.data.sample_store import SampleStore
 from entrodrop.errors import ConfigError
-from entrodrop.loss import LinearCrossEntropy
 from entrodrop.method.dropout import entropy_gate
+from entrodrop.models.loss import LinearCrossEntropy
 
 LossWithTokens = Callable[[object, torch.Tensor], Tuple[torch.Tensor, torch.Tensor]]
 
@@ -71,7 +71,7 @@ def loss_with_token_losses(loss_fn) -> LossWithTokens:
     if isinstance(loss_fn, CEWithChunkedOutputLoss):
         return partial(_chunked_loss_and_token_losses, loss_fn)
     raise ConfigError(f"token_dropout.signal=loss needs each token's loss, which {type(loss_fn).__name__} does not "
-                      "give: use entrodrop.loss.LinearCrossEntropy (impl: torch) or torchtune's CEWithChunkedOutputLoss")
+                      "give: use entrodrop.models.loss.LinearCrossEntropy (impl: torch) or torchtune's CEWithChunkedOutputLoss")
 
 
 def flat_values(store: SampleStore) -> np.ndarray:

@@ -22,14 +22,14 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from entrodrop.checkpointing import (
+from entrodrop.data.loader import num_training_steps
+from entrodrop.data.store_identity import store_changes, store_identities, training_stores
+from entrodrop.errors import CheckpointError, ConfigError, NoCheckpointError, OutputDirError
+from entrodrop.models.checkpointing import (
     RECIPE_STATE_FNAME,
     checkpoint_problem,
     latest_checkpoint,
 )
-from entrodrop.data.loader import num_training_steps
-from entrodrop.data.store_identity import store_changes, store_identities, training_stores
-from entrodrop.errors import CheckpointError, ConfigError, NoCheckpointError, OutputDirError
 from entrodrop.train.run_lock import LOCK_NAME, others_folders, run_folders
 
 # Files a logger writes before the first step: torchtune's copy of the config (written by

@@ -2,7 +2,7 @@
 
 Two runs writing into one ``output_dir`` (a ``resume=True`` started while the run it resumes
 still trains) write two logs, the same checkpoints, and evaluations out of order. So a run
-takes ``output_dir/.run.lock`` (``entrodrop.dir_lock``) before it looks at the directory
+takes ``output_dir/.run.lock`` (``entrodrop.storage.files``) before it looks at the directory
 (``entrodrop.train.run_dir``), and a second run is refused with one line naming the process
 and host that hold it.
 
@@ -26,8 +26,8 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from omegaconf import DictConfig
 
-from entrodrop.dir_lock import LOCK_NAME, live_holder, lock_record, refused_on_every_rank, take_dir_lock
 from entrodrop.errors import OutputDirError
+from entrodrop.storage.files import LOCK_NAME, live_holder, lock_record, refused_on_every_rank, take_dir_lock
 
 __all__ = ["LOCK_NAME", "hold_run_dir", "hold_run_dirs", "others_folders", "run_folders", "run_owner"]
 

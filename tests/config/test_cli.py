@@ -12,6 +12,7 @@ from tqdm import tqdm
 
 from entrodrop.config import cli
 from entrodrop.errors import ConfigError
+from entrodrop.launch import tune_run as launch_hook
 
 TRAIN = ["recipes/entrodrop_single_device.py", "--config", "configs/tiny/qwen3_entrodrop_single_device.yaml"]
 
@@ -31,14 +32,14 @@ def fail(error: Exception):
 
 
 def test_an_error_a_user_can_fix_prints_its_message_alone(capsys, monkeypatch):
-    monkeypatch.delenv(cli.DEBUG_ENV, raising=False)
+    monkeypatch.delenv(launch_hook.DEBUG_ENV, raising=False)
     monkeypatch.delenv("RANK", raising=False)
     with pytest.raises(SystemExit) as exit:
         fail(ConfigError("invalid config (1 problem):\n  seed=-1 must be >= 0"))
     assert exit.value.code == 1
     err = capsys.readouterr().err
     assert err.startswith("invalid config (1 problem):\n  seed=-1 must be >= 0\n") and "Traceback" not in err
-    monkeypatch.setenv(cli.DEBUG_ENV, "1")  # the debug switch: the exception itself, with its traceback
+    monkeypatch.setenv(launch_hook.DEBUG_ENV, "1")  # the debug switch: the exception itself, with its traceback
     with pytest.raises(ConfigError):
         fail(ConfigError("x"))
     with pytest.raises(KeyError):  # a bug is never turned into a message
@@ -46,13 +47,13 @@ def test_an_error_a_user_can_fix_prints_its_message_alone(capsys, monkeypatch):
 
 
 def test_a_rank_other_than_0_waits_to_be_stopped_and_prints_only_if_it_is_not(capsys, monkeypatch):
-    monkeypatch.delenv(cli.DEBUG_ENV, raising=False)
+    monkeypatch.delenv(launch_hook.DEBUG_ENV, raising=False)
     monkeypatch.setenv("RANK", "1")
     waited = []
-    monkeypatch.setattr(cli.time, "sleep", waited.append)
+    monkeypatch.setattr(launch_hook.time, "sleep", waited.append)
     with pytest.raises(SystemExit):
         fail(ConfigError("only rank 1 saw this"))
-    assert waited == [cli.RANK_ZERO_GRACE_S]
+    assert waited == [launch_hook.RANK_ZERO_GRACE_S]
     assert capsys.readouterr().err.startswith("[rank 1] only rank 1 saw this\n")
 
 
@@ -72,13 +73,13 @@ def test_two_processes_print_the_error_once_and_the_launcher_repeats_it_last(tin
     result = tune_run("recipes/entrodrop_distributed.py", "--config", "configs/tiny/qwen3_entrodrop_distributed.yaml",
                       f"output_dir={tmp_path}", "data.seq_len=4096", nproc=2)
     assert result.returncode == 1
-    # Rank 0 prints it, and torchrun's launcher (entrodrop.config.tune_run) prints it again in place of
+    # Rank 0 prints it, and torchrun's launcher (entrodrop.launch.tune_run) prints it again in place of
     # its traceback of the failed processes, so the message is the last thing on the screen.
     assert result.stderr.count("data.seq_len=4096 is longer than the model's max_seq_len=2048") == 2
     assert "Traceback" not in result.stderr and "ChildFailedError" not in result.stderr, result.stderr[-3000:]
     last = result.stderr.rsplit("rank 0 failed: invalid EntroDrop config (", 1)[1].splitlines()
     assert "data.seq_len=4096 is longer than the model's max_seq_len=2048" in "\n".join(last)
-    assert last[-1] == f"(exit status 1; {cli.DEBUG_ENV}=1 shows the traceback)"
+    assert last[-1] == f"(exit status 1; {launch_hook.DEBUG_ENV}=1 shows the traceback)"
 
 
 def test_tasks_emptied_on_the_command_line_leave_no_task(tiny_assets, tune_run, tmp_path):
@@ -123,7 +124,7 @@ def interrupt(kept):
 
 
 def test_ctrl_c_prints_one_line_of_what_was_kept_and_exits_with_130(capsys, monkeypatch, sigint_handler_restored):
-    monkeypatch.delenv(cli.DEBUG_ENV, raising=False)
+    monkeypatch.delenv(launch_hook.DEBUG_ENV, raising=False)
     monkeypatch.delenv("RANK", raising=False)
     with pytest.raises(SystemExit) as exit:
         interrupt(lambda: "the last checkpoint written is out/step_4")
@@ -146,13 +147,13 @@ def test_ctrl_c_prints_one_line_of_what_was_kept_and_exits_with_130(capsys, monk
     with pytest.raises(SystemExit) as exit:
         interrupt(lambda: "kept")
     assert exit.value.code == 130 and capsys.readouterr().err == ""
-    monkeypatch.setenv(cli.DEBUG_ENV, "1")  # the debug switch: the traceback
+    monkeypatch.setenv(launch_hook.DEBUG_ENV, "1")  # the debug switch: the traceback
     with pytest.raises(KeyboardInterrupt):
         interrupt(lambda: "kept")
 
 
 def test_a_recipe_says_from_its_config_what_ctrl_c_kept(tmp_path, monkeypatch, capsys, sigint_handler_restored):
-    monkeypatch.delenv(cli.DEBUG_ENV, raising=False)
+    monkeypatch.delenv(launch_hook.DEBUG_ENV, raising=False)
     monkeypatch.delenv("RANK", raising=False)
     (tmp_path / "c.yaml").write_text("cache_dir: out/entropy\n")
     monkeypatch.setattr("sys.argv", ["recipe", "--config", str(tmp_path / "c.yaml")])
@@ -168,7 +169,7 @@ def test_a_recipe_says_from_its_config_what_ctrl_c_kept(tmp_path, monkeypatch, c
 
 
 def test_a_full_disk_anywhere_is_one_line_naming_the_path_and_how_to_go_on(capsys, monkeypatch, tmp_path):
-    monkeypatch.delenv(cli.DEBUG_ENV, raising=False)
+    monkeypatch.delenv(launch_hook.DEBUG_ENV, raising=False)
     monkeypatch.delenv("RANK", raising=False)
     for error, where in [(OSError(errno.EDQUOT, "Disk quota exceeded", str(tmp_path / "a" / "b.json")),
                           f"disk quota exceeded writing {tmp_path / 'a' / 'b.json'} ("),

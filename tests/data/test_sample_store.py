@@ -63,7 +63,7 @@ def tiny_tokenizer(tiny_assets):
 
 
 def test_cache_holds_the_entropies_of_the_training_tokens(reference_cache, tiny_assets, make_tiny_assets, tmp_path):
-    from entrodrop.checkpointing import HFCheckpointer
+    from entrodrop.models.checkpointing import HFCheckpointer
     from entrodrop.models.qwen3._component_builders import qwen3
 
     cache = SampleStore(str(reference_cache), "entropy")
@@ -119,7 +119,7 @@ def test_killed_precompute_resumes_to_the_same_cache(reference_cache, target_tok
 
 @pytest.fixture(scope="module")
 def key_parts(tiny_assets):
-    from entrodrop.checkpointing import find_weight_files
+    from entrodrop.models.checkpointing import find_weight_files
 
     tokenizer_cfg = {
         "_component_": "entrodrop.models.qwen3.qwen3_tokenizer",

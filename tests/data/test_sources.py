@@ -36,9 +36,9 @@ from entrodrop.data.sample_store import SampleStore
 from entrodrop.data.selection import validation_count
 from entrodrop.data.store_plans import plan_corpus
 from entrodrop.data.token_stores import write_token_store
-from entrodrop.dir_lock import LOCK_NAME, take_dir_lock
 from entrodrop.errors import OutputDirError, SourceError
 from entrodrop.models.qwen3._model_builders import qwen3_tokenizer
+from entrodrop.storage.files import LOCK_NAME, take_dir_lock
 
 SEQ = 64  # max_seq_len of most tests: the long fixture rows are 70 to 130 tokens
 RECIPE = "recipes/tokenize_corpus.py"

@@ -11,13 +11,13 @@ import torch
 import torch.nn.functional as F
 from lm_eval.api.instance import Instance
 
-from entrodrop.checkpointing import HFCheckpointer
 from entrodrop.eval.adapter import TorchtuneLM, chat_prompt_ids, end_token_ids
 from entrodrop.eval.evaluator import Evaluator
 from entrodrop.eval.records import (
     group_scores,
     task_score,
 )
+from entrodrop.models.checkpointing import HFCheckpointer
 from entrodrop.models.qwen3._component_builders import qwen3
 from entrodrop.models.qwen3._model_builders import qwen3_tokenizer
 from entrodrop.models.tiny import TINY_QWEN3

@@ -15,7 +15,6 @@ from conftest import REPO
 from omegaconf import DictConfig, OmegaConf
 from torchtune.models.llama3_1 import llama3_1
 
-from entrodrop.checkpointing import HFCheckpointer
 from entrodrop.config import schemas
 from entrodrop.config.check import check_config
 from entrodrop.data.corpus import tokenize_corpus
@@ -27,6 +26,7 @@ from entrodrop.method.entropy import (
     sample_entropies,
     shard_entropies,
 )
+from entrodrop.models.checkpointing import HFCheckpointer
 from entrodrop.models.head import output_weight
 from entrodrop.models.qwen3._component_builders import qwen3
 from entrodrop.models.qwen3._model_builders import qwen3_tokenizer
@@ -324,10 +324,10 @@ def test_every_precompute_config_has_every_key_and_rows_that_hold_its_samples(pa
 
 def test_a_second_precompute_into_a_cache_dir_another_live_one_writes_is_refused_before_it_reads(data, tmp_path):
     # Two precomputes into one cache_dir would write the same shards; the token stores were locked, the caches not.
-    from entrodrop.dir_lock import LOCK_NAME
     from entrodrop.errors import OutputDirError
+    from entrodrop.storage.files import LOCK_NAME
 
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path; from entrodrop.dir_lock "
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path; from entrodrop.storage.files "
                                "import take_dir_lock; lock = take_dir_lock(Path(sys.argv[1]), 'cache_dir'); "
                                "print('held', flush=True); time.sleep(120)", str(tmp_path / "cache")],
                               cwd=REPO, stdout=subprocess.PIPE, text=True)

@@ -27,7 +27,6 @@ from entrodrop.data.loader import build_loader
 from entrodrop.data.packing import IGNORE_INDEX, TARGET, block_causal_mask
 from entrodrop.data.sample_store import SampleStore, sample_table, write_store
 from entrodrop.errors import ConfigError
-from entrodrop.loss import LinearCrossEntropy
 from entrodrop.method.dropout import TokenDropoutPlan, entropy_gate, plan_perturbation
 from entrodrop.method.loss_signal import (
     LossSignal,
@@ -36,6 +35,7 @@ from entrodrop.method.loss_signal import (
     loss_with_token_losses,
 )
 from entrodrop.models.head import hidden_states
+from entrodrop.models.loss import LinearCrossEntropy
 from entrodrop.models.qwen3._component_builders import qwen3
 from entrodrop.train.run_dir import differences, plain, resume_state
 
@@ -378,7 +378,7 @@ def test_a_loss_without_per_token_values_is_a_clear_error():
                                           r"use impl: torch, or torchtune.modules.loss.CEWithChunkedOutputLoss"):
         loss_with_token_losses(liger)
     with pytest.raises(ConfigError, match=r"token_dropout.signal=loss needs each token's loss, which CrossEntropyLoss "
-                                          r"does not give: use entrodrop.loss.LinearCrossEntropy \(impl: torch\)"):
+                                          r"does not give: use entrodrop.models.loss.LinearCrossEntropy \(impl: torch\)"):
         loss_with_token_losses(torch.nn.CrossEntropyLoss())
 
 

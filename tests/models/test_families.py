@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from entrodrop.checkpointing import SINGLE_FNAME, HFCheckpointer
+from entrodrop.models.checkpointing import SINGLE_FNAME, HFCheckpointer
 from entrodrop.models.families import FAMILIES, Family
 from entrodrop.models.hf_config import as_transformers_reads, describe, differences, hf_config
 

@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file
 from torchtune.models.llama3_1 import llama3_1
 
-from entrodrop.checkpointing import INDEX_FNAME, HFCheckpointer, find_weight_files
+from entrodrop.models.checkpointing import INDEX_FNAME, HFCheckpointer, find_weight_files
 from entrodrop.models.families import FAMILIES
 from entrodrop.models.hf_config import differences
 from entrodrop.models.qwen3._component_builders import qwen3

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, run_script_main
 
-from entrodrop.dir_lock import LOCK_NAME
+from entrodrop.storage.files import LOCK_NAME
 from entrodrop.train.run_lock import hold_run_dir
 
 TOKENIZE = "configs/tiny/qwen3_tokenize.yaml"

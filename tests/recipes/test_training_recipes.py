@@ -170,7 +170,7 @@ def test_sigkill_before_and_after_midpoint_auto_fixes_j0_and_resume_logs_the_sam
     assert summary(killed)["auto_midpoint"] == summary(tmp_path / "straight")["auto_midpoint"] == state["j0"]
 
 
-# The tiny configs train with the fused loss (entrodrop.loss.LinearCrossEntropy); this is torchtune's.
+# The tiny configs train with the fused loss (entrodrop.models.loss.LinearCrossEntropy); this is torchtune's.
 def test_the_fused_loss_trains_like_torchtunes_chunked_loss_on_one_and_two_processes(data, tune_run, tmp_path):
     # 5 steps of 8 x 256 tokens, dropout from the first; the two processes also checkpoint one
     # of the two layers, and FSDP2 shards the output weight the fused loss reads.
@@ -182,7 +182,7 @@ def test_the_fused_loss_trains_like_torchtunes_chunked_loss_on_one_and_two_proce
     assert sorted(fused) == sorted(chunked) == sorted(two) == [1, 2, 3, 4, 5]
     for step in fused:
         for other in (chunked, two):
-            # fp32 on both paths, summed in another order: 1e-5 relative (see tests/test_loss.py)
+            # fp32 on both paths, summed in another order: 1e-5 relative (see tests/models/test_loss.py)
             assert float(other[step]["loss"]) == pytest.approx(float(fused[step]["loss"]), rel=1e-5)
             assert float(other[step]["grad_norm"]) == pytest.approx(float(fused[step]["grad_norm"]), rel=1e-4)
             assert other[step]["target_dropped"] == fused[step]["target_dropped"]
@@ -404,7 +404,7 @@ def test_a_truncated_base_checkpoint_is_named_before_training(tiny_assets, data,
 
 
 def test_a_diverging_loss_stops_the_run_and_keeps_the_last_checkpoint(data, tune_run, tmp_path):
-    from entrodrop.checkpointing import HFCheckpointer
+    from entrodrop.models.checkpointing import HFCheckpointer
 
     result = tune_run(*train_args(SINGLE, data, tmp_path, "total_tokens=20480", "save_every_n_steps=1", *NO_EVAL,
                                   "optimizer.lr=1e30", "clip_grad_norm=1e30", "lr_scheduler.num_warmup_steps=0"))

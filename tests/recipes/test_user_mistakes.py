@@ -23,6 +23,7 @@ from safetensors.torch import load_file, save_file
 from entrodrop.config import cli, schemas
 from entrodrop.data.entropy_cache import check_cache_model
 from entrodrop.errors import CacheMismatchError, ConfigError, OutputDirError
+from entrodrop.launch import tune_run as launch_hook
 from entrodrop.train.run_lock import LOCK_NAME, hold_run_dir
 
 TRAIN = ["recipes/entrodrop_single_device.py", "--config", "configs/tiny/qwen3_entrodrop_single_device.yaml"]
@@ -35,7 +36,7 @@ def only_the_message(result: subprocess.CompletedProcess) -> str:
     assert result.returncode == 1, result.stderr[-3000:]
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
     lines = [line for line in result.stderr.splitlines() if not line.startswith("INFO:")]
-    assert lines[-1] == f"(exit status 1; {cli.DEBUG_ENV}=1 shows the traceback)", lines
+    assert lines[-1] == f"(exit status 1; {launch_hook.DEBUG_ENV}=1 shows the traceback)", lines
     return "\n".join(lines[:-1])
 
 

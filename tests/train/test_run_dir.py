@@ -14,7 +14,6 @@ import torch
 from conftest import REPO
 from omegaconf import OmegaConf
 
-from entrodrop.checkpointing import PROGRESS_FNAME, RECIPE_STATE_FNAME
 from entrodrop.data.fingerprints import store_key
 from entrodrop.data.sample_store import sample_table, write_store
 from entrodrop.data.store_identity import store_identities, training_stores
@@ -24,6 +23,7 @@ from entrodrop.eval.offline import (
     checkpoints_to_score,
     scorable_checkpoints,
 )
+from entrodrop.models.checkpointing import PROGRESS_FNAME, RECIPE_STATE_FNAME
 from entrodrop.train.run_dir import (
     best_checkpoint,
     clear_earlier_run,

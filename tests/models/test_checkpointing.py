@@ -10,10 +10,11 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torchtune.models.llama3_1 import llama3_1
 
-from entrodrop import checkpointing
-from entrodrop.checkpointing import HFCheckpointer, safetensors_problem
 from entrodrop.config import cli
 from entrodrop.errors import CheckpointError, DiskFullError
+from entrodrop.launch import tune_run
+from entrodrop.models import checkpointing
+from entrodrop.models.checkpointing import HFCheckpointer, safetensors_problem
 from entrodrop.models.hf_config import differences
 from entrodrop.models.qwen3._component_builders import qwen3
 
@@ -173,7 +174,7 @@ def test_a_save_that_finds_the_disk_full_says_so_and_keeps_the_last_checkpoint(t
     assert load_file(last / "model.safetensors").keys() == load_file(tiny_assets / "qwen3" / "model.safetensors").keys()
 
     # The recipe's line: the path, the room, and how to go on, as kept_checkpoint says for Ctrl-C.
-    monkeypatch.delenv(cli.DEBUG_ENV, raising=False)
+    monkeypatch.delenv(tune_run.DEBUG_ENV, raising=False)
     monkeypatch.delenv("RANK", raising=False)
     with pytest.raises(SystemExit) as exit, cli.reported(lambda: f"the last checkpoint written is {last}; run the "
                                                           "same command with resume=True to continue from it"):

@@ -1,17 +1,17 @@
 """Run the recipe file at a path, as ``__main__``: what `tune run <path>.py` runs.
 
-    python -m entrodrop.config.run_recipe_file <path> --config ... [key=value ...]
+    python -m entrodrop.launch.run_recipe_file <path> --config ... [key=value ...]
 
 torchtune would import a recipe given by its path as a module named after it, which finds
 torchtune's own ``recipes`` package for ``recipes/x.py`` and fails for an absolute, ``./`` or
-``../`` path; ``entrodrop.config.tune_run`` hands every path to this module instead, which `tune
+``../`` path; ``entrodrop.launch.tune_run`` hands every path to this module instead, which `tune
 run` imports (on one process) or torchrun starts with ``python -m`` (on each of N). It runs the
 file itself, as torchtune runs its own recipes, so the code that runs is the file named, wherever
 it lives.
 
 In a worker that torchrun started, this module is the first code of ours that runs, before torch
-is imported: there it makes the worker end with its launcher (``entrodrop.launch``) and end quietly
-on Ctrl-C (``entrodrop.config.tune_run.quiet_interrupt``), so no start-up hook runs in workers.
+is imported: there it makes the worker end with its launcher (``entrodrop.launch.workers``) and end quietly
+on Ctrl-C (``entrodrop.launch.tune_run.quiet_interrupt``), so no start-up hook runs in workers.
 """
 
 import os
@@ -19,9 +19,8 @@ import runpy
 import sys
 from typing import List
 
-from entrodrop.config.tune_run import quiet_interrupt
-from entrodrop.errors import RecipeLocationError
-from entrodrop.launch import end_with_launcher, started_by_torchrun
+from entrodrop.launch.tune_run import exit_reported, quiet_interrupt
+from entrodrop.launch.workers import end_with_launcher, started_by_torchrun
 
 
 def main(argv: List[str]) -> None:
@@ -33,13 +32,9 @@ def main(argv: List[str]) -> None:
     """
     path = argv[1]
     if not os.path.isfile(path):
-        # Here, not at the top: the command line module imports torch, which a worker imports
-        # only once it has asked to end with its launcher.
-        from entrodrop.config.cli import exit_with
-
-        exit_with(RecipeLocationError(
+        exit_reported(
             f"tune run {path}: there is no file {os.path.abspath(path)} (a relative path is taken from the directory "
-            f"tune run starts in, {os.getcwd()}): check the path"))
+            f"tune run starts in, {os.getcwd()}): check the path")
     sys.argv = [path, *argv[2:]]
     runpy.run_path(path, run_name="__main__")
 

@@ -5,7 +5,7 @@ to the launcher is passed on to the workers, but a SIGKILL cannot be: the worker
 alone, writing checkpoints and evaluations into a run directory that a resumed run then shares.
 So each worker asks the kernel for a SIGKILL when its parent, the launcher, ends
 (``prctl(PR_SET_PDEATHSIG)``); without prctl (not Linux) a thread watches the parent instead.
-``entrodrop.config.run_recipe_file``, the module torchrun starts (``python -m``) for `tune run
+``entrodrop.launch.run_recipe_file``, the module torchrun starts (``python -m``) for `tune run
 <path>.py`, calls ``end_with_launcher`` as a worker starts, and ``entrodrop.config.cli.parse``
 again before a recipe does anything else (a recipe torchrun started some other way). Standard
 library only: it runs before the worker imports torch.

@@ -1,6 +1,7 @@
-"""A directory that one process at a time writes: a ``flock`` on ``<directory>/.run.lock``.
+"""Files a run writes: one live writer per folder, and temporary paths renamed into place.
 
-A training run holds its output directories with it (``entrodrop.train.run_lock``), and a tokenize
+**Folder locks.** A directory that one process at a time writes holds a ``flock`` on
+``<directory>/.run.lock``. A training run holds its output directories with it (``entrodrop.train.run_lock``), and a tokenize
 run the store it writes (``entrodrop.data.token_stores``). A second process is refused with one
 line naming the process and host that hold the lock. The kernel releases a ``flock`` when its
 holder dies, however it died: a lock file that a killed process left behind is held by no one and
@@ -9,15 +10,33 @@ PID, host and start time, for the message, and the config key it was taken for; 
 adds the output directory it belongs to (``entrodrop.train.run_lock``), so that a later run can
 tell another run's folder from its own. A store's writer removes it when it ends
 (``release_dir_lock``).
+
+**Temporary paths.** Temporary directories and files that are renamed into place once whole
+(checkpoints, store shards, store parts) get the modes the user's umask gives every other file a
+run writes.
+
+``tempfile.mkdtemp`` and ``mkstemp`` create their path 0700 / 0600 on purpose (a temporary
+file in a shared /tmp must stay private), and the rename keeps that mode: a checkpoint or a
+store shard built that way would be readable by its owner alone. So the path they make is
+given the umask's mode at once. A file that a library writes the same way is given its mode
+back by ``as_umask_allows``: safetensors 0.8's ``save_file`` writes a private temporary file
+and renames it, so every weight file would be 0600.
+
+Example:
+    >>> import tempfile
+    >>> parent = Path(tempfile.mkdtemp())
+    >>> temp_dir(parent, ".step_3.tmp-").name.startswith(".step_3.tmp-")
+    True
 """
 
 import fcntl
 import json
 import os
 import socket
+import tempfile
 import time
 from pathlib import Path
-from typing import IO, Any, Dict, Mapping, Optional
+from typing import IO, Any, Dict, Mapping, Optional, Tuple
 
 from entrodrop.errors import OutputDirError
 
@@ -123,3 +142,37 @@ def _holder(text: str) -> str:
         return f"PID {holder['pid']} on host {holder['host']}, started {holder['started']}"
     except (ValueError, KeyError, TypeError):
         return "a run that is starting (it has not written its PID yet)"
+
+
+def temp_dir(parent: Path, prefix: str) -> Path:
+    """``tempfile.mkdtemp`` in ``parent``, mode ``0o777 & ~umask``."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    os.chmod(path, 0o777 & ~_umask())
+    return path
+
+
+def temp_file(parent: Path, prefix: str) -> Tuple[int, Path]:
+    """``tempfile.mkstemp`` in ``parent``, mode ``0o666 & ~umask``: ``(descriptor, path)``."""
+    fd, path = tempfile.mkstemp(prefix=prefix, dir=parent)
+    os.fchmod(fd, 0o666 & ~_umask())
+    return fd, Path(path)
+
+
+def as_umask_allows(path: Path) -> None:
+    """Give the file ``path`` the mode that ``open()`` would have given it, ``0o666 & ~umask``."""
+    os.chmod(path, 0o666 & ~_umask())
+
+
+def _umask() -> int:
+    """The process's umask. Linux shows it in /proc/self/status; elsewhere ``os.umask`` reads it
+    only by setting another, which other threads would create files under meanwhile: a private
+    one (0o077), so that such a file is never more open than asked."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask

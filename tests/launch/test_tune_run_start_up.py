@@ -1,4 +1,4 @@
-"""What this environment changes in a `tune run` as it starts (entrodrop.config.tune_run): a recipe
+"""What this environment changes in a `tune run` as it starts (entrodrop.launch.tune_run): a recipe
 given by any path is run as the file it names (run_recipe_file), and Ctrl-C ends the launcher with
 status 130 and no traceback; in any other Python start it changes nothing."""
 
@@ -13,7 +13,7 @@ import pytest
 from conftest import REPO
 from torch.distributed.elastic.multiprocessing.api import SignalException
 
-from entrodrop.config import cli, run_recipe_file, tune_run
+from entrodrop.launch import run_recipe_file, tune_run
 
 TUNE = "/venv/bin/tune"
 
@@ -40,15 +40,15 @@ def test_the_runner_runs_the_file_as_main_with_its_arguments(tmp_path, monkeypat
     script = tmp_path / "my_recipe.py"
     script.write_text("import sys\nif __name__ == '__main__':\n    print(__file__, sys.argv)\n")
     monkeypatch.setattr(sys, "argv", list(sys.argv))
-    run_recipe_file.main(["entrodrop.config.run_recipe_file", str(script), "--config", "c.yaml"])
+    run_recipe_file.main(["entrodrop.launch.run_recipe_file", str(script), "--config", "c.yaml"])
     assert capsys.readouterr().out == f"{script} {[str(script), '--config', 'c.yaml']}\n"
 
 
 def test_the_runner_names_a_file_that_is_not_there(tmp_path, monkeypatch, capsys):
-    monkeypatch.delenv(cli.DEBUG_ENV, raising=False)
+    monkeypatch.delenv(tune_run.DEBUG_ENV, raising=False)
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exit:
-        run_recipe_file.main(["entrodrop.config.run_recipe_file", "../x/my_recipe.py", "--config", "c.yaml"])
+        run_recipe_file.main(["entrodrop.launch.run_recipe_file", "../x/my_recipe.py", "--config", "c.yaml"])
     assert exit.value.code == 1
     assert capsys.readouterr().err.startswith(
         f"tune run ../x/my_recipe.py: there is no file {tmp_path.parent / 'x' / 'my_recipe.py'} (a relative path is "
@@ -56,7 +56,7 @@ def test_the_runner_names_a_file_that_is_not_there(tmp_path, monkeypatch, capsys
 
 
 def test_ctrl_c_ends_the_launcher_with_130_and_no_traceback(capsys, monkeypatch):
-    monkeypatch.delenv(cli.DEBUG_ENV, raising=False)
+    monkeypatch.delenv(tune_run.DEBUG_ENV, raising=False)
     exits, passed_on = [], []
     hook = tune_run.quiet_interrupt(lambda kind, error, tb: passed_on.append(kind), exit=exits.append)
     # torchrun's launcher: it has passed Ctrl-C on to the workers, whose rank 0 says what was kept
@@ -71,7 +71,7 @@ def test_ctrl_c_ends_the_launcher_with_130_and_no_traceback(capsys, monkeypatch)
     hook(SignalException, SignalException("Process 1 got signal: 15", sigval=signal.SIGTERM), None)
     hook(ValueError, ValueError("a bug"), None)
     assert passed_on == [SignalException, ValueError] and exits == [130] * 3
-    monkeypatch.setenv(cli.DEBUG_ENV, "1")  # the debug switch: the traceback
+    monkeypatch.setenv(tune_run.DEBUG_ENV, "1")  # the debug switch: the traceback
     hook(KeyboardInterrupt, KeyboardInterrupt(), None)
     assert passed_on[-1] is KeyboardInterrupt and exits == [130] * 3
 
@@ -114,16 +114,15 @@ def test_a_workers_error_ends_an_n_process_run_as_its_last_line_in_place_of_torc
                                                                                              capsys):
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
-    from entrodrop.errors import ConfigError
 
-    monkeypatch.delenv(cli.DEBUG_ENV, raising=False)
+    monkeypatch.delenv(tune_run.DEBUG_ENV, raising=False)
     message = "output_dir=/x is in use by another run: PID 7 on host h, started t"
     # The worker (rank 1 of 2) prints its message and writes it into the error file torchrun gave it.
     monkeypatch.setenv(tune_run.ERROR_FILE_ENV, str(tmp_path / "rank1.json"))
     monkeypatch.setenv("RANK", "1")
-    monkeypatch.setattr(cli, "RANK_ZERO_GRACE_S", 0.0)
+    monkeypatch.setattr(tune_run, "RANK_ZERO_GRACE_S", 0.0)
     with pytest.raises(SystemExit):
-        cli.exit_with(ConfigError(message))
+        tune_run.exit_reported(message)
     assert capsys.readouterr().err.startswith(f"[rank 1] {message}\n")
     failed = ChildFailedError("recipes/x.py", {
         0: ProcessFailure(local_rank=0, pid=10, exitcode=-15, error_file=str(tmp_path / "rank0.json")),  # stopped
@@ -131,14 +130,14 @@ def test_a_workers_error_ends_an_n_process_run_as_its_last_line_in_place_of_torc
     exits, passed_on = [], []
     hook = tune_run.quiet_child_failure(lambda kind, error, tb: passed_on.append(kind), exit=exits.append)
     hook(ChildFailedError, failed, None)
-    assert capsys.readouterr().err == f"rank 1 failed: {message}\n(exit status 1; {cli.DEBUG_ENV}=1 shows the traceback)\n"
+    assert capsys.readouterr().err == f"rank 1 failed: {message}\n(exit status 1; {tune_run.DEBUG_ENV}=1 shows the traceback)\n"
     assert exits == [1] and passed_on == []
     # A worker that failed by a bug or a signal wrote no message of its own: torchrun's report stays.
     bug = ChildFailedError("recipes/x.py", {0: ProcessFailure(local_rank=0, pid=10, exitcode=1,
                                                                error_file=str(tmp_path / "none.json"))})
     hook(ChildFailedError, bug, None)
     assert passed_on == [ChildFailedError] and exits == [1]
-    monkeypatch.setenv(cli.DEBUG_ENV, "1")  # the traceback, when asked for
+    monkeypatch.setenv(tune_run.DEBUG_ENV, "1")  # the traceback, when asked for
     hook(ChildFailedError, failed, None)
     assert passed_on == [ChildFailedError] * 2
 

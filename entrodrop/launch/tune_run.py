@@ -10,7 +10,7 @@ every `tune run` (the launcher; no other process). It changes three things:
   ``recipes/x.py`` imports torchtune's own top-level ``recipes`` package, which shadows ours, and
   a path that starts with ``/`` or ``.`` gives a name that starts with a dot, which Python refuses
   ("Relative module names not supported"). The path is handed to ``RUNNER``
-  (``entrodrop.config.run_recipe_file``), which runs the file as torchtune runs its own recipes
+  (``entrodrop.launch.run_recipe_file``), which runs the file as torchtune runs its own recipes
   (``runpy.run_path``): the code that runs is the file named, whatever its folder is called.
 - Ctrl-C ends `tune run` with status 130 and no traceback (``quiet_interrupt``). The recipe's
   own ``@cli.parse`` reports a Ctrl-C in its main (what the run kept); this covers the launcher
@@ -33,10 +33,10 @@ import os
 import signal
 import sys
 import time
-from typing import Callable, List, Mapping, Optional, Tuple
+from typing import Callable, List, Mapping, NoReturn, Optional, Tuple
 
-# What `tune run` is given instead of the path; it imports it as ``entrodrop.config.run_recipe_file``.
-RUNNER = "entrodrop/config/run_recipe_file.py"
+# What `tune run` is given instead of the path; it imports it as ``entrodrop.launch.run_recipe_file``.
+RUNNER = "entrodrop/launch/run_recipe_file.py"
 # A command stopped by Ctrl-C exits as a shell reports one killed by SIGINT: 128 + 2.
 INTERRUPTED_EXIT = 130
 INTERRUPTED = "interrupted (Ctrl-C)"
@@ -46,6 +46,9 @@ DEBUG_ENV = "ENTRODROP_DEBUG"
 ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
 # The key that marks an error file as written by ``write_error_file``: a message a user can act on.
 REPORTED = "entrodrop_reported"
+# A rank other than 0 waits this long before it prints a user's error: torchrun stops every process
+# once one fails, so an error every rank meets (a config error) is printed by rank 0 alone.
+RANK_ZERO_GRACE_S = 10.0
 
 
 def debugging() -> bool:
@@ -65,7 +68,7 @@ def redirected(argv: List[str]) -> List[str]:
 
     Example:
         >>> redirected(["/venv/bin/tune", "run", "--nproc_per_node", "2", "recipes/x.py", "--config", "c.yaml"])[4:6]
-        ['entrodrop/config/run_recipe_file.py', 'recipes/x.py']
+        ['entrodrop/launch/run_recipe_file.py', 'recipes/x.py']
     """
     if not is_tune_run(argv):
         return argv
@@ -110,6 +113,19 @@ def write_error_file(message: str, environ: Mapping[str, str] = os.environ) -> N
         with open(path, "w") as f:
             json.dump({"message": {"message": message, "extraInfo": {"timestamp": str(int(time.time()))},
                                    REPORTED: True}}, f)
+
+
+def exit_reported(message: str) -> NoReturn:
+    """Print ``message``, a user's error, in one paragraph (``[rank N]`` before it on a rank other
+    than 0, which waits ``RANK_ZERO_GRACE_S`` first), hand it to torchrun's launcher
+    (``write_error_file``) and exit with status 1."""
+    rank = int(os.environ.get("RANK", "0"))
+    if rank:
+        time.sleep(RANK_ZERO_GRACE_S)
+    print(f"{f'[rank {rank}] ' if rank else ''}{message}\n(exit status 1; {DEBUG_ENV}=1 shows the traceback)",
+          file=sys.stderr, flush=True)
+    write_error_file(message)  # torchrun's launcher repeats it, last (``quiet_child_failure``)
+    sys.exit(1)
 
 
 def reported_failure(error: BaseException) -> Optional[Tuple[int, str, int]]:

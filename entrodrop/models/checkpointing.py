@@ -21,7 +21,7 @@ from safetensors.torch import load_file, save_file
 
 from entrodrop.errors import FULL_DISK_ERRNOS, CheckpointError, disk_full, naming_full_disk
 from entrodrop.models.families import FAMILIES
-from entrodrop.temp_paths import as_umask_allows, temp_dir
+from entrodrop.storage.files import as_umask_allows, temp_dir
 
 StateDict = Dict[str, torch.Tensor]
 

@@ -1,4 +1,4 @@
-"""entrodrop/launch.py: a process that torchrun started ends when its launcher does, whatever
+"""entrodrop/launch/workers.py: a process that torchrun started ends when its launcher does, whatever
 signal ended the launcher; one started otherwise is left alone."""
 
 import os
@@ -19,7 +19,7 @@ subprocess.Popen([sys.executable, *sys.argv[1:]], start_new_session=True).wait()
 """
 WORKER = """
 import os, time
-from entrodrop.launch import end_with_launcher
+from entrodrop.launch.workers import end_with_launcher
 end_with_launcher()
 print(os.getpid(), flush=True)
 time.sleep(60)
@@ -45,7 +45,7 @@ time.sleep(60)
                          ids=["torchrun", "not-torchrun", "torchrun-by-tune-run"])
 def test_a_worker_torchrun_started_ends_when_its_launcher_is_sigkilled(torchrun, by_runner, tmp_path):
     (tmp_path / "recipe.py").write_text(RECIPE)
-    worker_argv = ["-m", "entrodrop.config.run_recipe_file", str(tmp_path / "recipe.py")] if by_runner else ["-c", WORKER]
+    worker_argv = ["-m", "entrodrop.launch.run_recipe_file", str(tmp_path / "recipe.py")] if by_runner else ["-c", WORKER]
     env = {k: v for k, v in os.environ.items() if k != "TORCHELASTIC_RUN_ID"}
     env.update({"TORCHELASTIC_RUN_ID": "test"} if torchrun else {})
     launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, *worker_argv], cwd=REPO, env=env, stdout=subprocess.PIPE,
@@ -74,13 +74,13 @@ def run_python(code: str) -> subprocess.CompletedProcess:
 
 def test_a_worker_whose_launcher_ended_before_it_asked_ends_at_once():
     # The parent it had at start (here: one that is not its parent now) has gone before prctl.
-    result = run_python("import os\nfrom entrodrop.launch import end_with_launcher\n"
+    result = run_python("import os\nfrom entrodrop.launch.workers import end_with_launcher\n"
                         "end_with_launcher({'TORCHELASTIC_RUN_ID': 'test'}, parent=os.getppid() + 1)\n"
                         "print('went on')")
     assert result.returncode == -signal.SIGKILL and "went on" not in result.stdout, result.stderr
 
 
 def test_without_prctl_a_thread_watching_the_parent_ends_the_process():
-    result = run_python("import os, time\nfrom entrodrop.launch import watch_parent\n"
+    result = run_python("import os, time\nfrom entrodrop.launch.workers import watch_parent\n"
                         "watch_parent(os.getppid() + 1, every_s=0.01)\nprint('went on')")
     assert result.returncode == -signal.SIGKILL and "went on" not in result.stdout, result.stderr

@@ -23,9 +23,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
+from torchtune.data import CROSS_ENTROPY_IGNORE_IDX as IGNORE_INDEX
 from torchtune.modules import TransformerDecoder
 
-from entrodrop.data.packing import IGNORE_INDEX
 from entrodrop.errors import ConfigError, MissingPackageError
 from entrodrop.models.head import hidden_states, output_weight, projection_weight
 
@@ -253,4 +253,4 @@ def model_output_for(model: TransformerDecoder, loss_fn) -> Callable[..., object
         model.set_num_output_chunks(loss_fn.num_output_chunks)
         return model
     raise ConfigError(f"loss {type(loss_fn).__module__}.{type(loss_fn).__name__} is not supported by the recipes: use "
-                     "entrodrop.loss.LinearCrossEntropy or torchtune.modules.loss.CEWithChunkedOutputLoss")
+                     "entrodrop.models.loss.LinearCrossEntropy or torchtune.modules.loss.CEWithChunkedOutputLoss")

@@ -20,15 +20,15 @@ from torchtune.models.llama3_1 import llama3_1
 from torchtune.modules.loss import CEWithChunkedOutputLoss
 
 from entrodrop.data.packing import block_causal_mask
-from entrodrop.loss import (
+from entrodrop.method.dropout import EmbeddingHook, mean_embedding, perturb_embeddings
+from entrodrop.models.head import hidden_states, output_weight
+from entrodrop.models.loss import (
     EVALUATION_OUTPUT_CHUNKS,
     LinearCrossEntropy,
     linear_cross_entropy,
     linear_cross_entropy_and_token_losses,
     model_output_for,
 )
-from entrodrop.method.dropout import EmbeddingHook, mean_embedding, perturb_embeddings
-from entrodrop.models.head import hidden_states, output_weight
 from entrodrop.models.qwen3._component_builders import qwen3
 from entrodrop.train.activations import checkpoint_layers, num_checkpointed_layers
 
