@@ -9,6 +9,7 @@ use, and a process group backend this torch lacks.
 """
 
 import os
+from typing import Dict, Optional
 
 import torch
 from torchtune import utils
@@ -93,3 +94,22 @@ def process_group_backend(device: torch.device) -> str:
         raise DeviceError(f"device={device} in a multi-process run needs the gloo backend, which this torch lacks "
                           f"(torch.distributed.is_gloo_available() is False; {torch_sees()})")
     return "gloo"
+
+
+def rng_state(device: torch.device) -> Dict[str, Optional[torch.Tensor]]:
+    """The global generators a training step draws from, for a checkpoint: the CPU's and, on
+    CUDA, the device's. Hidden dropout on a GPU draws from the CUDA generator (and so does a
+    compiled graph's dropout, whose seeds come from it), so a resumed run that restored the
+    CPU's alone would drop other units than the run it continues."""
+    return {"cpu": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}
+
+
+def set_rng_state(state: Dict[str, Optional[torch.Tensor]], device: torch.device) -> None:
+    """Restore what ``rng_state`` saved. A CUDA state is restored on a CUDA device only: a run
+    saved on one kind of device and resumed on another cannot repeat its draws anyway."""
+    if isinstance(state, torch.Tensor):  # a checkpoint from before the CUDA state was saved: the CPU's alone
+        state = {"cpu": state, "cuda": None}
+    torch.set_rng_state(state["cpu"])
+    if device.type == "cuda" and state["cuda"] is not None:
+        torch.cuda.set_rng_state(state["cuda"], device)

@@ -50,17 +50,15 @@ from entrodrop.train.activations import checkpoint_layers
 from entrodrop.train.cadence import crossed_multiple, evaluation_due
 from entrodrop.train.parallel import check_launched, shard
 from entrodrop.train.run_dir import (
-    clear_earlier_run,
-    find_earlier_run,
-    kept_checkpoint,
-    plain,
-    prune_to_newest_and_best,
-    remove_killed_saves,
-    resume_run,
-    rng_state,
-    set_rng_state,
+    LOADER_KEY,
+    LR_SCHEDULER_KEY,
+    OPT_KEY,
+    RNG_KEY,
+    SEED_KEY,
+    STEP_KEY,
+    STORES_KEY,
+    RunDir,
 )
-from entrodrop.train.run_lock import hold_run_dirs
 from entrodrop.train.token_dropout import TokenDropoutState
 
 log = utils.get_logger("INFO")
@@ -87,16 +85,14 @@ class EntroDropRecipeDistributed:
             raise ConfigError(f"global_batch_size={cfg.global_batch_size} is not a multiple of {self._world_size} "
                               f"processes x gradient_accumulation_steps={cfg.gradient_accumulation_steps}")
         self._seed = training.set_seed(cfg.seed)  # torch's own RNG gets seed + rank; masks use seed
-        self._output_dir = Path(cfg.output_dir)
+        # The output folders: held, looked into, saved into, pruned (entrodrop.train.run_dir).
+        self._run_dir = RunDir(cfg, schemas.may_change_on_resume(cfg), schemas.ADDED_KEYS, self._rank,
+                               self._world_size, barrier=dist.barrier)
         self._grad_accum = cfg.gradient_accumulation_steps
         self._clip_grad_norm = cfg.clip_grad_norm
-        self._save_every = cfg.save_every_n_steps
-        self._keep_last_n = cfg.keep_last_n_checkpoints
-        self._keep_pruned_weights = cfg.keep_pruned_weights
         self._log_every = cfg.log_every_n_steps
         self._eval_every = cfg.evaluation.every_n_steps
         self._eval_every_n_epochs = cfg.evaluation.every_n_epochs
-        self._config = plain(cfg)  # saved with each checkpoint; a resumed run must match it
         # A bad loss setting (or liger-kernel missing) fails here, before any data or model loads.
         self._loss_fn = config.instantiate(cfg.loss)
         # EntroDrop's state over the run (entrodrop.train.token_dropout); a loss that cannot give
@@ -106,11 +102,10 @@ class EntroDropRecipeDistributed:
 
     def setup(self, cfg: DictConfig) -> bool:
         """Everything before the first step; False when a resumed run is already complete."""
-        self._run_lock = hold_run_dirs(cfg, self._rank, distributed=True)  # rank 0 holds them for all
-        state, resume_dir = self._setup_output_dir(cfg)
+        state, resume_dir = self._run_dir.open()  # held to the end; refuses an earlier run, or resumes it
         self._setup_tasks(cfg)
         self._setup_data(cfg)
-        self._step = state["step"] if state else 0
+        self._step = state[STEP_KEY] if state else 0
         if self._step >= self._num_steps:
             utils.log_rank_zero(log, f"{resume_dir} is the last step of this run ({self._num_steps} steps): the run "
                                      "is complete, nothing to do")
@@ -118,34 +113,15 @@ class EntroDropRecipeDistributed:
         self._setup_model(cfg, state, resume_dir)
         self._setup_optimizer(cfg, state)
         if state:  # after the model is built: its initialization draws from the global generators
-            self._loader.load_state_dict(state["loader"])
+            self._loader.load_state_dict(state[LOADER_KEY])
             self._token_dropout.load_state_dict(state)  # e_bar, j0 of midpoint: auto, the loss signal
-            set_rng_state(state["rng"][self._rank], self._device)
+            devices.set_rng_state(state[RNG_KEY][self._rank], self._device)
             utils.log_rank_zero(log, f"resumed from {resume_dir} at step {self._step}")
         self._setup_evaluation(cfg)
         self._metric_logger = naming_log_writes(config.instantiate(cfg.metric_logger)) if self._rank == 0 else None
         if self._metric_logger:
             self._metric_logger.log_config(cfg)
         return True
-
-    def _setup_output_dir(self, cfg: DictConfig) -> Tuple[Optional[dict], Optional[Path]]:
-        """(recipe state, its checkpoint) to resume from, or (None, None) for a fresh run into
-        directories that hold no earlier run (or whose earlier run was moved aside). What a killed
-        save left (``remove_killed_saves``) is removed by rank 0 before a resume reads the directory;
-        a refused run touches nothing. Every rank looks, and every rank raises the same error."""
-        if not cfg.resume:
-            found = find_earlier_run(cfg)  # raises over an earlier run unless overwrite=True
-            dist.barrier()  # every rank has looked before rank 0 moves anything
-            for line in clear_earlier_run(cfg, found) if self._rank == 0 else []:
-                log.info(line)
-            dist.barrier()
-            return None, None
-        removed = remove_killed_saves(cfg.checkpointer.output_dir) if self._rank == 0 else []  # rank 0 alone prints
-        for line in removed:
-            log.info(line)
-        dist.barrier()  # a step_<N> restored from its .old is in place before any rank looks
-        return resume_run(cfg, self._config, schemas.may_change_on_resume(cfg), schemas.ADDED_KEYS, removed,
-                          world_size=self._world_size)
 
     def _setup_tasks(self, cfg: DictConfig) -> None:
         """lm-eval's task index, and every problem with the configured tasks."""
@@ -158,7 +134,7 @@ class EntroDropRecipeDistributed:
         Every rank checks for itself, in parallel, one core each: simpler than one rank checking
         and broadcasting the outcome, and every rank raises the same error."""
         # Each token store of this tokenizer, the three of them distinct; what they are goes into each checkpoint.
-        self._stores = check_training_stores(training_stores(cfg), plain(cfg.tokenizer))
+        self._stores = check_training_stores(training_stores(cfg), self._run_dir.config["tokenizer"])
         # The entropy caches are this base model's (verify_entropy_cache.py's fingerprint; no forward pass).
         check_cache_model(cfg.checkpointer.checkpoint_dir, cfg.data.target_entropy,
                           cfg.evaluation.validation.target_entropy)
@@ -203,8 +179,8 @@ class EntroDropRecipeDistributed:
         self._optimizer = config.instantiate(cfg.optimizer, self._model.parameters())
         self._lr_scheduler = config.instantiate(cfg.lr_scheduler, self._optimizer, num_training_steps=self._num_steps)
         if state:
-            training.load_from_full_optimizer_state_dict(self._model, self._optimizer, state["optimizer"], self._device)
-            self._lr_scheduler.load_state_dict(state["lr_scheduler"])
+            training.load_from_full_optimizer_state_dict(self._model, self._optimizer, state[OPT_KEY], self._device)
+            self._lr_scheduler.load_state_dict(state[LR_SCHEDULER_KEY])
 
     def _setup_evaluation(self, cfg: DictConfig) -> None:
         """Held-out entropy-bucket validation and lm-eval task groups (``entrodrop.eval.evaluator``)."""
@@ -270,7 +246,7 @@ class EntroDropRecipeDistributed:
 
     def _record_evaluation(self, record: dict) -> None:
         """evals.jsonl and summary.json, the metric log (with j0 at the step that fixed it) and a log line; rank 0."""
-        summary = record_evaluation(self._output_dir / "eval", record, self._target_group)
+        summary = record_evaluation(self._run_dir.eval_dir, record, self._target_group)
         fields = metric_fields(record)
         self._metric_logger.log_dict(fields, step=self._step)
         log.info(f"evaluation at step {self._step} (epoch {record['target_epoch']:.2f}): {fields}; "
@@ -282,19 +258,15 @@ class EntroDropRecipeDistributed:
         only checkpoints that exist), then prune (last: the best checkpoint it keeps is read from
         the summary that record may have changed, so a new best never leaves the old one behind)."""
         state = {
-            "step": self._step, "seed": self._seed, "optimizer": optimizer_sd,
-            "lr_scheduler": self._lr_scheduler.state_dict(), "loader": self._loader.state_dict(), "rng": rng,
-            "config": self._config, "stores": self._stores,  # what the stores are: a resume compares them
+            STEP_KEY: self._step, SEED_KEY: self._seed, OPT_KEY: optimizer_sd,
+            LR_SCHEDULER_KEY: self._lr_scheduler.state_dict(), LOADER_KEY: self._loader.state_dict(), RNG_KEY: rng,
+            STORES_KEY: self._stores,  # what the stores are: a resume compares them
             **self._token_dropout.state_dict(),  # e_bar, val_losses, j0, loss_signal
         }
-        path = self._checkpointer.save_checkpoint({"model": model_sd}, f"step_{self._step}", state,
-                                                   {"step": self._step, "target_epoch": target_epoch})
-        log.info(f"checkpoint: {path}")
+        self._run_dir.save(self._checkpointer, model_sd, state, target_epoch)
         if record:
             self._record_evaluation(record)
-        for line in prune_to_newest_and_best(self._checkpointer.output_dir, self._output_dir / "eval",
-                                             self._keep_last_n, self._keep_pruned_weights):
-            log.info(line)
+        self._run_dir.prune()
 
     def train(self) -> None:
         self._model.train()
@@ -316,8 +288,6 @@ class EntroDropRecipeDistributed:
                     # peak_memory_{active,alloc,reserved} in GiB since the last log line
                     **(training.get_memory_stats(self._device) if self._device.type == "cuda" else {}),
                 }, step=self._step)
-            # Every target-epoch end is saved, whatever the evaluation cadence: recipes/evaluate.py
-            # scores the saved checkpoints offline.
             epoch_ended = crossed_multiple(epoch, batch["target_epoch"], 1)
             evaluate = self._evaluator.enabled and evaluation_due(
                 self._step, self._num_steps, epoch, batch["target_epoch"], self._eval_every, self._eval_every_n_epochs)
@@ -326,7 +296,7 @@ class EntroDropRecipeDistributed:
             # of midpoint: auto); the save records it (an evaluation is always saved).
             record = self._token_dropout.observe(self._evaluator(self._step, epoch, str(
                 self._checkpointer.output_dir / f"step_{self._step}"))) if evaluate else None
-            if self._step % self._save_every == 0 or epoch_ended or evaluate or self._step == self._num_steps:
+            if self._run_dir.should_save(self._step, self._num_steps, epoch_ended, evaluate):
                 self.save_checkpoint(epoch, record)
         progress.close()
         self._token_dropout.warn_if_not_fixed()  # the last line of a midpoint: auto run that is not EntroDrop
@@ -339,7 +309,7 @@ class EntroDropRecipeDistributed:
         optimizer_sd = training.get_full_optimizer_state_dict(self._model, self._optimizer, rank_zero,
                                                               device=self._device)
         rng = [None] * self._world_size
-        dist.all_gather_object(rng, rng_state(self._device))
+        dist.all_gather_object(rng, devices.rng_state(self._device))
         if rank_zero:
             self._write_checkpoint(model_sd, optimizer_sd, rng, target_epoch, record)
         dist.barrier()
@@ -354,7 +324,7 @@ class EntroDropRecipeDistributed:
         dist.destroy_process_group()
 
 
-@cli.parse(kept=kept_checkpoint)  # what Ctrl-C leaves
+@cli.parse(kept=RunDir.kept)  # what Ctrl-C leaves
 def recipe_main(cfg: DictConfig) -> None:
     recipe = EntroDropRecipeDistributed(cfg)
     if recipe.setup(cfg):  # False: a resumed run that is already complete

@@ -66,3 +66,15 @@ def test_a_device_the_recipes_do_not_run_on_is_refused_by_its_name_before_anythi
         devices.get_device(name)
     kind = name.split(":")[0]
     assert str(error.value) == f"device={name}: EntroDrop runs on cuda, cuda:<index> or cpu, not on {kind}: use one of those"
+
+
+def test_the_saved_rng_state_repeats_the_draws_and_an_older_checkpoints_cpu_state_still_loads():
+    cpu = torch.device("cpu")
+    torch.manual_seed(5)
+    saved, old_format = devices.rng_state(cpu), torch.get_rng_state()
+    assert saved["cuda"] is None  # a CUDA run saves the device's generator too (tests/recipes/test_gpu_recipes.py)
+    first = torch.rand(4)
+    for state in (saved, old_format):
+        torch.manual_seed(6)
+        devices.set_rng_state(state, cpu)
+        assert torch.equal(torch.rand(4), first)

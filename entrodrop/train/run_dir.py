@@ -17,10 +17,11 @@ import re
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 from omegaconf import DictConfig, OmegaConf
+from torchtune import utils
 
 from entrodrop.data.loader import num_training_steps
 from entrodrop.data.store_identity import store_changes, store_identities, training_stores
@@ -30,7 +31,7 @@ from entrodrop.models.checkpointing import (
     checkpoint_problem,
     latest_checkpoint,
 )
-from entrodrop.train.run_lock import LOCK_NAME, others_folders, run_folders
+from entrodrop.train.run_lock import LOCK_NAME, hold_run_dirs, others_folders, run_folders
 
 # Files a logger writes before the first step: torchtune's copy of the config (written by
 # log_config at set-up, and rewritten by every run). A run that failed before its first step
@@ -43,6 +44,8 @@ _NOT_A_LOGGED_STEP = ("torchtune_config.yaml", LOCK_NAME)
 # .step_<N>.old       the step_<N> that _replace_dir set aside for a new one, deleted after;
 # .step_<N>.deleting  a checkpoint prune_checkpoints was deleting.
 _KILLED_SAVE = re.compile(r"\.(step_\d+)\.(tmp-.*|old|deleting)")
+
+log = utils.get_logger("INFO")
 
 
 def _steps(checkpoint_dir: Path) -> List[Path]:
@@ -373,25 +376,6 @@ def kept_checkpoint(cfg: DictConfig) -> str:
     return "no checkpoint was written yet; run the same command again to start over"
 
 
-def rng_state(device: torch.device) -> Dict[str, Optional[torch.Tensor]]:
-    """The global generators a training step draws from, for a checkpoint: the CPU's and, on
-    CUDA, the device's. Hidden dropout on a GPU draws from the CUDA generator (and so does a
-    compiled graph's dropout, whose seeds come from it), so a resumed run that restored the
-    CPU's alone would drop other units than the run it continues."""
-    return {"cpu": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}
-
-
-def set_rng_state(state: Dict[str, Optional[torch.Tensor]], device: torch.device) -> None:
-    """Restore what ``rng_state`` saved. A CUDA state is restored on a CUDA device only: a run
-    saved on one kind of device and resumed on another cannot repeat its draws anyway."""
-    if isinstance(state, torch.Tensor):  # a checkpoint from before the CUDA state was saved: the CPU's alone
-        state = {"cpu": state, "cuda": None}
-    torch.set_rng_state(state["cpu"])
-    if device.type == "cuda" and state["cuda"] is not None:
-        torch.cuda.set_rng_state(state["cuda"], device)
-
-
 def move_aside(output_dir: str, paths: Sequence[str]) -> List[Path]:
     """Rename ``output_dir`` (and each of ``paths`` outside it) to ``<name>.replaced-<time>``;
     returns the new names. Nothing is deleted. The run's lock stays where it is (``_move``)."""
@@ -498,3 +482,95 @@ def differences(saved: Mapping[str, Any], current: Mapping[str, Any], may_change
 def plain(cfg: DictConfig) -> Dict[str, Any]:
     """The config as plain, resolved Python values (what checkpoints keep)."""
     return OmegaConf.to_container(cfg, resolve=True)
+
+
+# The recipe state a checkpoint holds beside the weights (``recipe_state.pt``), by key, as
+# torchtune.training names its own (SEED_KEY, EPOCHS_KEY...). EntroDrop's own state is added by
+# ``TokenDropoutState.state_dict``.
+STEP_KEY = "step"
+SEED_KEY = "seed"
+OPT_KEY = "optimizer"
+LR_SCHEDULER_KEY = "lr_scheduler"
+LOADER_KEY = "loader"
+RNG_KEY = "rng"
+CONFIG_KEY = "config"
+STORES_KEY = "stores"
+
+
+def _no_barrier() -> None:
+    """One process has no one to wait for."""
+
+
+class RunDir:
+    """A training run's folders, from its start to its last save: what a recipe opens, saves into
+    and prunes. The functions above do the work; this holds what they need from the config, in
+    the order a run calls them.
+
+    ``open`` holds the folders (``hold_run_dirs``) and looks into them: a fresh run over an earlier
+    one is refused, or moves it aside with ``overwrite=True``; a resumed run gets its latest
+    checkpoint's state once its config matches. ``should_save`` says when a step is saved,
+    ``save`` writes one with its recipe state, ``prune`` keeps the newest and the best. In an
+    N-process run (``world_size`` given) every rank looks, rank 0 alone changes the folders, and
+    ``barrier`` (``torch.distributed.barrier``) keeps the others from looking while it does.
+    """
+
+    def __init__(self, cfg: DictConfig, may_change: Sequence[str], added: Dict[str, Any], rank: int = 0,
+                 world_size: Optional[int] = None, barrier: Callable[[], None] = _no_barrier):
+        self._cfg = cfg
+        self.config = plain(cfg)  # saved with each checkpoint; a resumed run must match it
+        self._may_change, self._added = may_change, added
+        self._rank, self._world_size, self._barrier = rank, world_size, barrier
+        self.output_dir = Path(cfg.output_dir)
+        self.checkpoint_dir = Path(cfg.checkpointer.output_dir)
+        self.eval_dir = self.output_dir / "eval"
+        self._save_every = cfg.save_every_n_steps
+        self._keep_last_n = cfg.keep_last_n_checkpoints
+        self._keep_weights = cfg.keep_pruned_weights
+        self._lock = None
+
+    def open(self) -> Tuple[Optional[Dict[str, Any]], Optional[Path]]:
+        """(recipe state, its checkpoint) to resume from, or (None, None) for a fresh run into
+        folders that hold no earlier run (or whose earlier run was moved aside). The folders stay
+        held until the process ends. What a killed save left (``remove_killed_saves``) is removed
+        before a resume reads the folder; a refused run touches nothing. Every rank raises the same error."""
+        # Kept to the end: one live run per output, checkpoint and log folder (rank 0 holds them for all).
+        self._lock = hold_run_dirs(self._cfg, self._rank, distributed=self._world_size is not None)
+        if not self._cfg.resume:
+            found = find_earlier_run(self._cfg)  # raises over an earlier run unless overwrite=True
+            self._barrier()  # every rank has looked before rank 0 moves anything
+            self._log(clear_earlier_run(self._cfg, found) if self._rank == 0 else [])
+            self._barrier()
+            return None, None
+        removed = remove_killed_saves(str(self.checkpoint_dir)) if self._rank == 0 else []
+        self._log(removed)
+        self._barrier()  # a step_<N> restored from its .old is in place before any rank looks
+        return resume_run(self._cfg, self.config, self._may_change, self._added, removed, world_size=self._world_size)
+
+    def should_save(self, step: int, num_steps: int, epoch_ended: bool, evaluated: bool) -> bool:
+        """Whether ``step`` is saved: every ``save_every_n_steps``, at each target-epoch end (``recipes/evaluate.py``
+        scores the saved checkpoints offline), at each evaluation (a record names a checkpoint), and at the last."""
+        return step % self._save_every == 0 or epoch_ended or evaluated or step == num_steps
+
+    def save(self, checkpointer, model_sd: Dict[str, Any], state: Dict[str, Any], target_epoch: float) -> Path:
+        """Write the checkpoint ``step_<state[STEP_KEY]>``: the weights ``model_sd`` and the recipe
+        state ``state``, with this run's config (``CONFIG_KEY``), atomically (``HFCheckpointer``)."""
+        step = state[STEP_KEY]
+        path = checkpointer.save_checkpoint({"model": model_sd}, f"step_{step}", {**state, CONFIG_KEY: self.config},
+                                            {"step": step, "target_epoch": target_epoch})
+        log.info(f"checkpoint: {path}")
+        return path
+
+    def prune(self) -> None:
+        """Keep the newest ``keep_last_n_checkpoints`` and the best (``prune_to_newest_and_best``);
+        run after the newest evaluation is recorded."""
+        self._log(prune_to_newest_and_best(str(self.checkpoint_dir), str(self.eval_dir), self._keep_last_n,
+                                           self._keep_weights))
+
+    @staticmethod
+    def kept(cfg: DictConfig) -> str:
+        """What a run stopped by Ctrl-C keeps (``kept_checkpoint``), for ``cli.parse``."""
+        return kept_checkpoint(cfg)
+
+    def _log(self, lines: Sequence[str]) -> None:
+        for line in lines:
+            log.info(line)

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import torch.distributed as dist
 from conftest import REPO
 from omegaconf import OmegaConf
 
@@ -25,6 +26,7 @@ from entrodrop.eval.offline import (
 )
 from entrodrop.models.checkpointing import PROGRESS_FNAME, RECIPE_STATE_FNAME
 from entrodrop.train.run_dir import (
+    RunDir,
     best_checkpoint,
     clear_earlier_run,
     earlier_run,
@@ -39,8 +41,6 @@ from entrodrop.train.run_dir import (
     resumable,
     resume_run,
     resume_state,
-    rng_state,
-    set_rng_state,
 )
 from entrodrop.train.run_lock import LOCK_NAME, hold_run_dir, hold_run_dirs
 
@@ -165,18 +165,6 @@ def test_the_checkpoints_to_score_are_those_without_a_record_of_this_evaluation(
     assert checkpoints_to_score(str(root), str(tmp_path / "none"), ["t"], None, True, "torchtune", 512)[1] == found
     assert checkpoints_to_score(str(root / "step_12"), str(eval_dir), ["t"], None, True, "hf", 512) == (
         [root / "step_12"], [root / "step_12"])
-
-
-def test_the_saved_rng_state_repeats_the_draws_and_an_older_checkpoints_cpu_state_still_loads():
-    cpu = torch.device("cpu")
-    torch.manual_seed(5)
-    saved, old_format = rng_state(cpu), torch.get_rng_state()
-    assert saved["cuda"] is None  # a CUDA run saves the device's generator too (tests/recipes/test_gpu_recipes.py)
-    first = torch.rand(4)
-    for state in (saved, old_format):
-        torch.manual_seed(6)
-        set_rng_state(state, cpu)
-        assert torch.equal(torch.rand(4), first)
 
 
 def test_a_run_that_failed_before_its_first_step_is_no_earlier_run(tmp_path):
@@ -590,3 +578,29 @@ def test_only_training_runs_locks_make_a_folder_anothers(tmp_path):
         hold_run_dirs(training_cfg(tmp_path / "old" / "run"))
     with hold_run_dirs(training_cfg(tmp_path / "old")):  # its own folder: that run, resumed
         pass
+
+
+@pytest.fixture
+def group_of_one(tmp_path):
+    """The locks' refusal goes to every rank (an all_reduce): a group of one process stands in for N."""
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/group", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_a_run_dir_opened_by_n_processes_waits_for_every_rank_and_lets_rank_0_alone_move_the_earlier_run(
+        tmp_path, group_of_one):
+    cfg = OmegaConf.create({"output_dir": str(tmp_path / "run"), "resume": False, "overwrite": True,
+                            "checkpointer": {"output_dir": str(tmp_path / "run" / "checkpoints")},
+                            "metric_logger": {"log_dir": str(tmp_path / "run" / "logs")},
+                            "save_every_n_steps": 4, "keep_last_n_checkpoints": 1, "keep_pruned_weights": False})
+    make_checkpoints(tmp_path / "run" / "checkpoints", [4])
+    events = []
+    rank_1 = RunDir(cfg, [], {}, rank=1, world_size=2, barrier=lambda: events.append("barrier"))
+    assert rank_1.open() == (None, None) and events == ["barrier", "barrier"]
+    assert (tmp_path / "run" / "checkpoints" / "step_4").is_dir()  # rank 1 looked and moved nothing
+    rank_0 = RunDir(cfg, [], {}, rank=0, world_size=2, barrier=lambda: events.append("barrier"))
+    assert rank_0.open() == (None, None)
+    assert not (tmp_path / "run" / "checkpoints").exists() and list(tmp_path.glob("run.replaced-*"))
+    assert [rank_0.should_save(step, 10, False, False) for step in (3, 4, 8, 10)] == [False, True, True, True]
+    assert rank_0.should_save(5, 10, True, False) and rank_0.should_save(5, 10, False, True)
