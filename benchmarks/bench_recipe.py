@@ -42,7 +42,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from entrodrop.analysis.report import markdown_table
+from entrodrop.analysis.markdown import markdown_table
 
 REPO = Path(__file__).resolve().parent.parent
 TUNE = str(Path(sys.executable).parent / "tune")

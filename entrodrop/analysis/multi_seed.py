@@ -27,7 +27,8 @@ the other way, ``not resolved`` when it holds 0 or there is a single pair (no in
 from typing import Dict, List, Optional, Sequence
 
 from entrodrop.analysis.confidence import CONFIDENCE, t_interval
-from entrodrop.analysis.report import BUCKET_TITLES, compared, documents_per_task, markdown_table, run_signal, summarize
+from entrodrop.analysis.markdown import markdown_table
+from entrodrop.analysis.report import BUCKET_TITLES, compared, documents_per_task, run_signal, summarize
 from entrodrop.eval.records import best_epoch
 
 FIGURES = ("best_epoch", "min_val_loss", "end_all", "end_low", "end_high", "low_rise", "high_rise", "last_epoch",

@@ -21,7 +21,7 @@ more runs ``write_report`` draws
                               it covers, best epoch, minimum validation loss (the paper's
                               table of gamma_max), the curriculum midpoint j0 it trained with,
                               and the signal its gate ranked (``run_signal``); a column empty
-                              (``-``) in every row is left out (``markdown_table``)
+                              (``-``) in every row is left out (``markdown.markdown_table``)
 
 The target group is the one given, else the one the runs' saved configs name
 (``evaluation.lm_eval.target_group``, ``choose_target_group``); runs that scored task groups but
@@ -61,6 +61,7 @@ import yaml
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
+from entrodrop.analysis.markdown import markdown_table  # noqa: E402
 from entrodrop.eval.records import best_epoch, most_complete, read_evaluations, read_lines  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -311,19 +312,6 @@ def check_selection(runs: List[Dict], target_group: Optional[str], baseline: Opt
 
 def _fmt(value: Optional[float], digits: int) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
-
-
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> List[str]:
-    """A markdown table of ``rows`` under ``header``, without the columns that are empty (``-``)
-    in every row: a column nothing fills says nothing. The first column (the row's name) stays.
-
-    Example:
-        >>> markdown_table(["run", "loss", "j0"], [["a", "1.5", "-"], ["b", "1.4", "-"]])
-        ['| run | loss |', '|---|---|', '| a | 1.5 |', '| b | 1.4 |']
-    """
-    keep = [0] + [j for j in range(1, len(header)) if any(row[j] not in ("", "-") for row in rows)]
-    return (["| " + " | ".join(header[j] for j in keep) + " |", "|" + "---|" * len(keep)]
-            + ["| " + " | ".join(row[j] for j in keep) + " |" for row in rows])
 
 
 def write_report(runs: List[Dict], out_dir: str, target_group: Optional[str] = None,
