@@ -47,7 +47,7 @@ from entrodrop.analysis.multi_seed import (
     setting_figures,
     verdict,
 )
-from entrodrop.analysis.report import read_run
+from entrodrop.analysis.run_figures import read_run
 from entrodrop.experiments import demo, premise
 from entrodrop.experiments.run_queue import Job, cores, run_jobs, runs_at_once
 
