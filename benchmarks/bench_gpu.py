@@ -44,7 +44,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from entrodrop.analysis.report import read_run
+from entrodrop.analysis.run_figures import read_run
 from entrodrop.data.sample_store import SampleStore
 from entrodrop.models import shapes
 from entrodrop.models.checkpointing import write_random_checkpoint

@@ -42,7 +42,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from entrodrop.analysis.report import markdown_table
+from entrodrop.analysis.markdown import markdown_table
 
 REPO = Path(__file__).resolve().parent.parent
 TUNE = str(Path(sys.executable).parent / "tune")
@@ -128,7 +128,7 @@ def tune(*args: str) -> None:
 
 def per_step(run_dir: Path, key: str, first: int) -> list:
     """The values of ``key`` a run logged after step ``first`` (warm-up excluded)."""
-    from entrodrop.analysis.report import read_run
+    from entrodrop.analysis.run_figures import read_run
 
     return [metrics[key] for step, metrics in read_run(run_dir)["steps"].items() if step > first and key in metrics]
 

@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from entrodrop.analysis.report import markdown_table
+from entrodrop.analysis.markdown import markdown_table
 from entrodrop.experiments import demo, reproduce
 from entrodrop.experiments.run_queue import run_jobs
 from entrodrop.experiments.tiny_data import tiny_data

@@ -30,10 +30,10 @@ from pathlib import Path
 
 from entrodrop.analysis.report import (
     check_selection,
-    read_run,
     write_entropy_sample,
     write_report,
 )
+from entrodrop.analysis.run_figures import read_run
 from entrodrop.errors import DamagedLineError
 
 

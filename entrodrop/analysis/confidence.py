@@ -1,5 +1,5 @@
 """The mean of a few values with its 95% confidence interval: the one statistic the seed tables
-(``entrodrop.analysis.multi_seed``) and the seed plots (``entrodrop.analysis.report``) print.
+and the seed plots (``entrodrop.analysis.multi_seed``) print.
 
 The interval is Student's t over the values (seeds): mean +- t(0.975, n - 1) * sd / sqrt(n), with
 the sample standard deviation. It assumes the values are independent draws of a roughly normal

@@ -1,10 +1,11 @@
 """Several seeds of one setting: telling an effect from noise in the paper's tables 3 and 4.
 
 A *setting* is one configuration trained with one or more seeds (``seed`` draws the data order and
-every mask, on the same base). Each run is reduced to its figures (``run_figures``): the best epoch
-and minimum validation loss (table 4's columns), the validation loss by entropy bucket at the last
-evaluation, how far each bucket rebounded, and the best target-group average where tasks were
-scored. A setting's figure is the mean over its seeds, shown with their range.
+every mask, on the same base). Each run is reduced to its figures
+(``entrodrop.analysis.run_figures.run_figures``): the best epoch and minimum validation loss (table
+4's columns), the validation loss by entropy bucket at the last evaluation, how far each bucket
+rebounded, and the best target-group average where tasks were scored. A setting's figure is the
+mean over its seeds, shown with their range.
 
 Two settings are compared *seed by seed*. Seed s draws the same data order and the same base in
 every setting, so the difference ``setting_s - reference_s`` holds what the setting changed and
@@ -27,50 +28,20 @@ the other way, ``not resolved`` when it holds 0 or there is a single pair (no in
 from typing import Dict, List, Optional, Sequence
 
 from entrodrop.analysis.confidence import CONFIDENCE, t_interval
-from entrodrop.analysis.report import BUCKET_TITLES, compared, documents_per_task, markdown_table, run_signal, summarize
-from entrodrop.eval.records import best_epoch
+from entrodrop.analysis.markdown import markdown_table
+from entrodrop.analysis.run_figures import (
+    BUCKET_TITLES,
+    FIGURES,
+    compared,
+    documents_covered,
+    documents_per_task,
+    loss_curve,
+    run_figures,
+    run_signal,
+)
 
-FIGURES = ("best_epoch", "min_val_loss", "end_all", "end_low", "end_high", "low_rise", "high_rise", "last_epoch",
-           "best_average", "low_lowest", "base_low_entropy")
 # The verdicts a paired difference gets.
 HOLDS, REVERSED, NOT_RESOLVED = "holds", "reversed", "not resolved"
-
-
-def run_figures(run: Dict, target_group: Optional[str] = None,
-                kept: Optional[List[Dict]] = None) -> Dict[str, Optional[float]]:
-    """One run's figures (``FIGURES``) from ``entrodrop.analysis.report.read_run``'s record: the best epoch
-    and its all-token validation loss; the validation loss of each bucket at the last evaluation;
-    how far the low- and high-entropy buckets rose from their own lowest to the last evaluation (the
-    rebound of the paper's figure 1c); the last evaluation's epoch; the best ``target_group``
-    average among ``kept``, the evaluations ``entrodrop.analysis.report.compared`` keeps over the runs being
-    compared (None: over this run alone), so that no average of other tasks, metrics or documents
-    per task stands beside another; the low-entropy bucket's lowest loss, and the base model's mean
-    entropy of that bucket's tokens (``base_entropy`` of its evaluations, the same at each). None
-    where the run has no evaluation of it.
-
-    >>> run = {"evals": [{"target_epoch": e, "val_loss": {"all": a, "low": lo, "high": hi}}
-    ...                  for e, a, lo, hi in [(1.0, 2.0, 1.0, 3.0), (2.0, 1.5, 0.5, 2.0), (3.0, 1.8, 0.6, 2.5)]]}
-    >>> figures = run_figures(run)
-    >>> figures["best_epoch"], figures["min_val_loss"], figures["end_all"], figures["last_epoch"]
-    (2.0, 1.5, 1.8, 3.0)
-    >>> round(figures["low_rise"], 3), round(figures["high_rise"], 3), figures["best_average"]
-    (0.1, 0.5, None)
-    >>> figures["low_lowest"], figures["base_low_entropy"]
-    (0.5, None)
-    """
-    with_loss = [e for e in run["evals"] if "val_loss" in e]
-    best = best_epoch(with_loss) if with_loss else None
-    last = with_loss[-1] if with_loss else {"val_loss": {}}
-    rise = lambda bucket: (last["val_loss"][bucket] - min(e["val_loss"][bucket] for e in with_loss)  # noqa: E731
-                           if with_loss and bucket in last["val_loss"] else None)
-    return {"best_epoch": best.get("target_epoch") if best else None,
-            "min_val_loss": best["val_loss"]["all"] if best else None,
-            "end_all": last["val_loss"].get("all"), "end_low": last["val_loss"].get("low"),
-            "end_high": last["val_loss"].get("high"), "low_rise": rise("low"), "high_rise": rise("high"),
-            "last_epoch": last.get("target_epoch"),
-            "best_average": summarize(run, target_group, kept)["best_average"] if target_group else None,
-            "low_lowest": min(e["val_loss"]["low"] for e in with_loss) if "low" in last["val_loss"] else None,
-            "base_low_entropy": next((e["base_entropy"]["low"] for e in with_loss if "base_entropy" in e), None)}
 
 
 def _known(values: Sequence[Optional[float]]) -> List[float]:
@@ -102,7 +73,7 @@ def value_range(seeds: Sequence[Dict[str, Optional[float]]], key: str) -> Option
 
 
 def by_seed(runs: Sequence[Dict]) -> Dict[int, Dict]:
-    """``runs`` (``entrodrop.analysis.report.read_run`` records, one a seed) keyed by the seed each trained
+    """``runs`` (``entrodrop.analysis.run_figures.read_run`` records, one a seed) keyed by the seed each trained
     with (its saved config's ``seed``; a run without a saved config by its place in ``runs``).
 
     Raises:
@@ -225,7 +196,7 @@ def settings_table(settings: Dict[str, Sequence[Dict]], baseline: str, target_gr
             if compare:
                 row.append(difference_cell(paired(figures[label], figures[baseline], key), digits))
         average = (_cell(seeds, "best_average", 3) if mean_figures(seeds).get("best_average") is not None
-                   else summarize(runs[0], target_group, kept)["documents"] if target_group else "-")
+                   else documents_covered(runs[0], target_group, kept) if target_group else "-")
         rows.append(row + [average, difference_cell(paired(figures[label], figures[baseline], "best_average"), 3)]
                     + [run_signal(runs[0])] * signals)
     header = ["setting", "seeds"]
@@ -352,9 +323,19 @@ def verdict_lines(figures: Dict[str, Dict[int, Dict]], setting: str, reference: 
 
 
 def _curves(runs: Dict[int, Dict], bucket: str) -> Dict[int, List[tuple]]:
-    """Each seed's ``(target epoch, validation loss of bucket)`` at every evaluation, in order."""
-    return {seed: [(e["target_epoch"], e["val_loss"][bucket]) for e in run["evals"]
-                   if "val_loss" in e and e.get("target_epoch") is not None] for seed, run in runs.items()}
+    """Each seed's ``loss_curve`` of ``bucket``: ``(target epoch, validation loss)`` at every evaluation, in order."""
+    return {seed: loss_curve(run, bucket) for seed, run in runs.items()}
+
+
+def _pyplot():
+    """matplotlib's pyplot on the file-only backend: imported where a seed plot is drawn, as only
+    those need it (the report, ``entrodrop.analysis.report``, chooses the same backend)."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def band(curves: Sequence[Sequence[tuple]]) -> List[tuple]:
@@ -383,8 +364,7 @@ def draw_seed_bands(settings: Dict[str, Sequence[Dict]], path) -> None:
 
     ``settings``: label -> its runs (``read_run`` records, one a seed, paired by ``by_seed``).
     """
-    import matplotlib.pyplot as plt  # entrodrop.analysis.report, imported above, chose the file-only backend
-
+    plt = _pyplot()
     keyed = {label: by_seed(runs) for label, runs in settings.items()}
     reference = next(iter(keyed.values()))
     fig, axes = plt.subplots(2, 3, figsize=(14, 7.4), sharex=True)
@@ -422,8 +402,7 @@ def draw_differences_by_entropy(points: Dict[str, List[tuple]], path) -> None:
     each: ``points`` is panel title -> ``[(base low-half entropy, paired, label), ...]`` (``paired``
     differences, drawn as their mean with the 95% interval as an error bar, and 0 marked), so that
     one sees whether an effect appears as the low half becomes near-certain."""
-    import matplotlib.pyplot as plt  # entrodrop.analysis.report, imported above, chose the file-only backend
-
+    plt = _pyplot()
     fig, axes = plt.subplots(1, len(points), figsize=(4.6 * len(points), 4.0), squeeze=False)
     for ax, (title, series) in zip(axes[0], points.items()):
         for entropy, difference, label in series:

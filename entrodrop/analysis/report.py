@@ -1,9 +1,7 @@
 """Plots and tables of the training dynamics the paper studies, from the files runs write.
 
-A run directory (a recipe's ``output_dir``) holds ``logs/log_*.txt`` (torchtune's disk logger:
-one ``Step N | key:value ...`` line per step) and ``eval/evals.jsonl`` (one evaluation a line:
-step, target epoch, validation loss by entropy bucket, task-group averages). From one or
-more runs ``write_report`` draws
+From one or more runs (``entrodrop.analysis.run_figures.read_run``: a run directory's step log,
+evaluations and saved config, and what a run's figures are) ``write_report`` draws
 
     val_loss_by_entropy.png   validation loss on all / low- / high-entropy tokens against
                               target epoch (the paper's figure 1c)
@@ -19,9 +17,10 @@ more runs ``write_report`` draws
                               the entropy gate: 1 and 1 at every evaluation, nothing to see)
     table.md                  per run: best target-group average and the documents per task
                               it covers, best epoch, minimum validation loss (the paper's
-                              table of gamma_max), the curriculum midpoint j0 it trained with,
-                              and the signal its gate ranked (``run_signal``); a column empty
-                              (``-``) in every row is left out (``markdown_table``)
+                              table of gamma_max; ``run_figures.summarize``), the curriculum
+                              midpoint j0 it trained with, and the signal its gate ranked
+                              (``run_figures.run_signal``); a column empty (``-``) in every row
+                              is left out (``markdown.markdown_table``)
 
 The target group is the one given, else the one the runs' saved configs name
 (``evaluation.lm_eval.target_group``, ``choose_target_group``); runs that scored task groups but
@@ -49,34 +48,30 @@ shaded by its entropy under the base model, the tokens the gate makes eligible u
 
 import logging
 import math
-import re
 import textwrap
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence
 
 import matplotlib
 import numpy as np
-import yaml
 
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
-from entrodrop.eval.records import best_epoch, most_complete, read_evaluations, read_lines  # noqa: E402
+from entrodrop.analysis.markdown import markdown_table  # noqa: E402
+from entrodrop.analysis.run_figures import (  # noqa: E402
+    BUCKET_TITLES,
+    agreement_points,
+    compared,
+    documents_per_task,
+    loss_curve,
+    run_signal,
+    summarize,
+    with_epoch,
+)
+from entrodrop.eval.records import best_epoch  # noqa: E402
 
 log = logging.getLogger(__name__)
-
-BUCKET_TITLES = {"all": "all tokens", "low": "low-entropy 50%", "high": "high-entropy 25%"}
-
-
-def _eval_key(record: Dict):
-    """What tells a run's evaluations apart: the step, or for one outside a run (step None) its
-    checkpoint directory's name."""
-    return record["step"] if record.get("step") is not None else Path(record.get("checkpoint") or "").name
-
-
-def with_epoch(evals: List[Dict]) -> List[Dict]:
-    """The evaluations that have a target epoch: those an epoch axis can place."""
-    return [e for e in evals if e.get("target_epoch") is not None]
 
 
 def epochless_note(run: Dict) -> Optional[str]:
@@ -91,76 +86,6 @@ def epochless_note(run: Dict) -> Optional[str]:
             "and of the midpoint proposal")
 
 
-def step_metrics(line: str) -> Optional[Tuple[int, Dict[str, float]]]:
-    """A line of torchtune's step log, ``Step N | key:value key:value``, as ``(N, {key: value})``;
-    None for a line of another kind.
-
-    Example:
-        >>> step_metrics("Step 3 | loss:2.5 gamma:0.1 ")
-        (3, {'loss': 2.5, 'gamma': 0.1})
-    """
-    match = re.match(r"Step (\d+) \| (.*)", line)
-    if not match:
-        return None
-    items = [item.split(":", 1) for item in match.group(2).split()]
-    if any(len(item) != 2 for item in items):
-        raise ValueError(f"not key:value pairs: {match.group(2)[:60]!r}")
-    return int(match.group(1)), {key: float(value) for key, value in items}
-
-
-def read_run(run_dir: str) -> Dict:
-    """A run's per-step training metrics and its evaluations.
-
-    Raises:
-        FileNotFoundError: ``run_dir`` does not exist, or holds neither a metric log nor
-            evaluations (not a recipe's ``output_dir``).
-    """
-    root = Path(run_dir)
-    if not root.is_dir():
-        raise FileNotFoundError(f"run directory {run_dir} does not exist")
-    if not list((root / "logs").glob("log_*.txt")) and not (root / "eval" / "evals.jsonl").is_file():
-        raise FileNotFoundError(f"run directory {run_dir} holds neither logs/log_*.txt nor eval/evals.jsonl: "
-                                "not a recipe's output_dir")
-    steps: Dict[int, Dict[str, float]] = {}
-    for log_file in sorted((root / "logs").glob("log_*.txt")):
-        for step, metrics in filter(None, read_lines(log_file, step_metrics, unterminated_is_cut=True)):
-            steps.setdefault(step, {}).update(metrics)
-    evals = read_evaluations(root / "eval")
-    # A resumed run may evaluate a step twice: keep the last. Evaluations outside a run (no step) go last.
-    evals = sorted({_eval_key(e): e for e in evals}.values(), key=lambda e: (e.get("step") is None, e.get("step") or 0))
-    # The config as the recipe saved it (torchtune's metric loggers write it): the method's settings.
-    config_file = root / "torchtune_config.yaml"
-    config = (yaml.safe_load(config_file.read_text()) if config_file.is_file() else {}) or {}
-    fixed = [e["auto_midpoint"] for e in evals if e.get("auto_midpoint")]
-    lm_eval = (config.get("evaluation") or {}).get("lm_eval") or {}
-    return {"name": root.name, "steps": dict(sorted(steps.items())), "evals": evals, "seed": config.get("seed"),
-            "token_dropout": config.get("token_dropout"), "auto_midpoint": fixed[-1] if fixed else None,
-            # the group its best checkpoint was chosen by, when it ran lm-eval tasks
-            "target_group": lm_eval.get("target_group") if any((lm_eval.get("tasks") or {}).values()) else None}
-
-
-def compared(runs: List[Dict], group: str) -> List[Dict]:
-    """The evaluations whose ``group`` average the report shows, of every run: those scored alike
-    (the same tasks, metrics and documents per task) as ``summary.json`` chooses them
-    (``most_complete`` over all the runs' records), so no plot or table sets one metric beside another."""
-    chosen = {id(e) for e in most_complete([e for run in runs for e in run["evals"]], group)}
-    return [e for run in runs for e in run["evals"] if id(e) in chosen]
-
-
-def documents_per_task(limit: Optional[int]) -> str:
-    """A record's ``limit`` as the tables show it: the documents per task its scores cover."""
-    return "all" if limit is None else str(limit)
-
-
-def not_compared(records: List[Dict]) -> str:
-    """The documents cell of a run whose ``records`` of the group were all left out by
-    ``compared``: their limits, so a reader sees why no average stands beside the others."""
-    if not records:
-        return "-"
-    limits = sorted({e.get("limit") for e in records}, key=lambda limit: math.inf if limit is None else limit)
-    return f"{', '.join(map(documents_per_task, limits))}: not compared"
-
-
 def left_out_note(runs: List[Dict], group: str, kept: List[Dict]) -> Optional[str]:
     """What ``compared`` left out of ``group`` (it kept ``kept``), or None."""
     scored = [e for run in runs for e in run["evals"] if group in e.get("groups", {})]
@@ -170,25 +95,6 @@ def left_out_note(runs: List[Dict], group: str, kept: List[Dict]) -> Optional[st
     return (f"{len(scored) - len(kept)} of {len(scored)} evaluations of the {group} average were scored otherwise "
             f"(other tasks, metrics or documents per task) and are left out; the ones shown use {made_of}, "
             f"{documents_per_task(kept[-1].get('limit'))} documents per task")
-
-
-def summarize(run: Dict, target_group: Optional[str], kept: Optional[List[Dict]] = None) -> Dict:
-    """Best target-group average (among ``kept``, the evaluations ``compared`` keeps over the runs
-    being compared; None: over this run alone), the documents per task it covers (``documents``,
-    one ``limit`` for every run, as ``compared`` keeps them; for a run left with no average, the
-    limits of its scores that were left out), best epoch (minimum validation loss) and that loss."""
-    with_loss = [e for e in run["evals"] if "val_loss" in e]
-    best = best_epoch(with_loss) if with_loss else None
-    ids = {id(e) for e in (compared([run], target_group) if kept is None else kept)}
-    shown = [e for e in run["evals"] if id(e) in ids]
-    left_out = [e for e in run["evals"] if target_group in e.get("groups", {}) and id(e) not in ids]
-    return {
-        "run": run["name"],
-        "best_average": max(e["groups"][target_group] for e in shown) if shown else None,
-        "documents": documents_per_task(shown[-1].get("limit")) if shown else not_compared(left_out),
-        "best_epoch": best["target_epoch"] if best else None,
-        "min_val_loss": best["val_loss"]["all"] if best else None,
-    }
 
 
 def propose_midpoint(baseline: Dict) -> Dict:
@@ -227,23 +133,6 @@ def run_midpoint(run: Dict) -> str:
         return "auto: not fixed"
     at = next((e["target_epoch"] for e in run["evals"] if e["step"] == j0["fixed_at_step"]), None)
     return f"{j0['target_epoch']:.2f} (auto, fixed at {'step ' + str(j0['fixed_at_step']) if at is None else f'{at:.2f}'})"
-
-
-def run_signal(run: Dict) -> str:
-    """What a run's gate ranked, as the tables show it: ``entropy`` or ``loss``
-    (``token_dropout.signal``; a config saved before the key existed trained with entropy), or
-    ``-`` where no signal is read (no token dropout, random targeting, or no config to read)."""
-    td = run["token_dropout"]
-    if not td or td.get("schedule") == "none" or td.get("targeting") == "random":
-        return "-"
-    return td.get("signal", "entropy")
-
-
-def agreement_points(run: Dict) -> List[tuple]:
-    """``(target epoch, gate agreement, rank correlation)`` of each of ``run``'s evaluations that
-    has a target epoch and a ``signal`` record (``signal: loss`` runs log one each evaluation)."""
-    return [(e["target_epoch"], e["signal"]["gate_agreement"], e["signal"]["rank_correlation"])
-            for e in with_epoch(run["evals"]) if e.get("signal")]
 
 
 def draw_signal_agreement(runs: List[Dict], path, color: Dict[str, str]) -> bool:
@@ -313,19 +202,6 @@ def _fmt(value: Optional[float], digits: int) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> List[str]:
-    """A markdown table of ``rows`` under ``header``, without the columns that are empty (``-``)
-    in every row: a column nothing fills says nothing. The first column (the row's name) stays.
-
-    Example:
-        >>> markdown_table(["run", "loss", "j0"], [["a", "1.5", "-"], ["b", "1.4", "-"]])
-        ['| run | loss |', '|---|---|', '| a | 1.5 |', '| b | 1.4 |']
-    """
-    keep = [0] + [j for j in range(1, len(header)) if any(row[j] not in ("", "-") for row in rows)]
-    return (["| " + " | ".join(header[j] for j in keep) + " |", "|" + "---|" * len(keep)]
-            + ["| " + " | ".join(row[j] for j in keep) + " |" for row in rows])
-
-
 def write_report(runs: List[Dict], out_dir: str, target_group: Optional[str] = None,
                  baseline: Optional[str] = None) -> Dict:
     """Write the plots and the table for ``runs`` (from ``read_run``); returns what it wrote.
@@ -380,7 +256,7 @@ def draw_val_loss_by_entropy(runs: List[Dict], path, color: Dict[str, str], midp
     axes[2].sharey(axes[1])  # the low and high buckets on one scale, as the paper's figure 1c
     for ax, bucket in zip(axes, BUCKET_TITLES):
         for run in runs:
-            points = [(e["target_epoch"], e["val_loss"][bucket]) for e in with_epoch(run["evals"]) if "val_loss" in e]
+            points = loss_curve(run, bucket)
             if points:
                 ax.plot(*zip(*points), marker="o", label=run["name"], color=color[run["name"]])
             if run["auto_midpoint"]:

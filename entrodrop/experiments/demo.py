@@ -57,8 +57,9 @@ from functools import partial
 from pathlib import Path
 from typing import Optional
 
-from entrodrop.analysis.multi_seed import regime_table, run_figures, setting_figures, settings_table, verdict_lines
-from entrodrop.analysis.report import propose_midpoint, read_run, write_entropy_sample, write_report
+from entrodrop.analysis.multi_seed import regime_table, setting_figures, settings_table, verdict_lines
+from entrodrop.analysis.report import propose_midpoint, write_entropy_sample, write_report
+from entrodrop.analysis.run_figures import read_run, run_figures
 from entrodrop.experiments.run_queue import RUN_ENV, Job, run_jobs
 from entrodrop.models.checkpointing import latest_checkpoint
 from entrodrop.storage.files import LOCK_NAME, DirInUse, release_dir_lock, take_dir_lock

@@ -36,6 +36,7 @@ from functools import lru_cache, partial
 from pathlib import Path
 from typing import Callable, Optional, Tuple
 
+from entrodrop.analysis.markdown import markdown_table
 from entrodrop.analysis.multi_seed import (
     CLAIM_HEADER,
     claim_row,
@@ -46,7 +47,7 @@ from entrodrop.analysis.multi_seed import (
     setting_figures,
     verdict,
 )
-from entrodrop.analysis.report import markdown_table, read_run
+from entrodrop.analysis.run_figures import read_run
 from entrodrop.experiments import demo, premise
 from entrodrop.experiments.run_queue import Job, cores, run_jobs, runs_at_once
 

@@ -17,14 +17,13 @@ from entrodrop.analysis.multi_seed import (
     paired,
     regime_check,
     regime_table,
-    run_figures,
     setting_figures,
     settings_table,
     value_range,
     verdict,
     verdict_lines,
 )
-from entrodrop.analysis.report import read_run
+from entrodrop.analysis.run_figures import read_run, run_figures
 
 
 def bucket_run(root, name, curve, base_low=None):
@@ -37,16 +36,6 @@ def bucket_run(root, name, curve, base_low=None):
         json.dumps({"step": 10 * k, "target_epoch": epoch, "val_loss": {"all": a, "low": lo, "high": hi}, **base}) + "\n"
         for k, (epoch, a, lo, hi) in enumerate(curve, start=1)))
     return read_run(run)
-
-
-def test_a_runs_figures_are_its_best_epoch_its_end_and_how_far_each_bucket_rebounded(tmp_path):
-    run = bucket_run(tmp_path, "baseline", [(1.0, 1.1, 0.65, 1.95), (9.0, 0.81, 0.43, 1.41), (30.0, 1.0, 0.5, 1.9),
-                                            (54.0, 1.25, 0.64, 2.29)])
-    figures = run_figures(run)
-    assert (figures["best_epoch"], figures["min_val_loss"], figures["last_epoch"]) == (9.0, 0.81, 54.0)
-    assert (figures["end_all"], figures["end_low"], figures["end_high"]) == (1.25, 0.64, 2.29)
-    assert figures["low_rise"] == pytest.approx(0.21) and figures["high_rise"] == pytest.approx(0.88)
-    assert figures["best_average"] is None  # no task group scored
 
 
 def seeds_of(**values):

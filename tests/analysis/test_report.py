@@ -11,11 +11,10 @@ import torch
 from conftest import REPO, columns_of, fake_run, run_script_main
 
 from entrodrop.analysis.report import (
-    agreement_points,
     propose_midpoint,
-    read_run,
     write_report,
 )
+from entrodrop.analysis.run_figures import agreement_points, read_run
 from entrodrop.eval.records import (
     record_evaluation,
 )
@@ -315,17 +314,17 @@ def test_report_writes_plots_table_and_proposes_the_midpoint(tmp_path):
 
 def test_a_run_whose_log_and_evaluations_end_in_a_cut_line_is_reported_without_it(tmp_path, monkeypatch, capsys,
                                                                                    caplog):
+    # What read_run keeps of such a run: tests/analysis/test_run_figures.py.
     run = fake_run(tmp_path, "cut", [2.0, 1.8, 1.9])
     with (run / "logs" / "log_1.txt").open("a") as f:
         f.write("Step 11 | loss:2.8")  # cut in its last value: 2.8 parses, but is not what was logged
     evals = run / "eval" / "evals.jsonl"
     evals.write_text(evals.read_text() + '{"step": 40, "target_epoch": 4.0, "val_lo')
-    read = read_run(run)
-    assert list(read["steps"]) == list(range(1, 11)) and [e["step"] for e in read["evals"]] == [10, 20, 30]
     status, out, err = report(monkeypatch, capsys, run, "--out", tmp_path / "report", "--target-group", "code")
     assert status == 0 and "Traceback" not in err
     assert f"{run / 'logs' / 'log_1.txt'}, line 11: cut short" in caplog.text
     assert f"{evals}, line 4: cut short" in caplog.text
+    assert "| cut | -1.800 | all | 2.00 | 1.8000 |" in out
 
 
 def test_a_damaged_line_before_the_last_is_one_line_naming_it(tmp_path, monkeypatch, capsys):

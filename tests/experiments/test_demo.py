@@ -14,7 +14,7 @@ from lm_eval.api.model import LM
 from lm_eval.tasks import TaskManager
 from omegaconf import OmegaConf
 
-from entrodrop.analysis.report import read_run
+from entrodrop.analysis.run_figures import read_run
 from entrodrop.experiments import demo, premise
 
 TASKS = REPO / "entrodrop" / "tasks"
