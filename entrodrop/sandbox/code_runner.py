@@ -44,8 +44,10 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from entrodrop.errors import SandboxError
-from entrodrop.sandbox.code_harness import OUTPUTS_LIMIT, TESTS_BEGIN, LineReader, remove_tree, write_all
+from entrodrop.sandbox.code_harness import OUTPUTS_LIMIT, TESTS_BEGIN
+from entrodrop.sandbox.pipes import LineReader, write_all
 from entrodrop.sandbox.sandbox_child import decode
+from entrodrop.sandbox.scratch import remove_tree
 
 log = logging.getLogger(__name__)
 ROOT = str(Path(__file__).resolve().parents[2])  # the directory that holds the entrodrop package

@@ -18,7 +18,6 @@ from lm_eval.api.model import LM
 from lm_eval.tasks import TaskManager
 
 from entrodrop.errors import SandboxError
-from entrodrop.sandbox.code_harness import LineReader, remove_tree
 from entrodrop.sandbox.code_runner import (
     Limits,
     checked_run,
@@ -29,7 +28,9 @@ from entrodrop.sandbox.code_runner import (
     same_value,
     sandbox_in_use,
 )
+from entrodrop.sandbox.pipes import LineReader
 from entrodrop.sandbox.sandbox_child import decode, encode
+from entrodrop.sandbox.scratch import remove_tree
 from entrodrop.tasks import code_tasks
 from entrodrop.tasks.livecodebench import run_tests
 
