@@ -13,10 +13,11 @@ serving all of its calls; the next one starts while this one runs) and answers w
   to the program (``assertion_tests``); the expected values never leave this process.
 
 Its parts, one module a concern: ``pipes`` (reads and writes by deadlines), ``scratch`` (where
-the candidate may write), ``candidates`` (starting a candidate, its replies checked) and
-``assertion_tests`` (the tests, here). The harness runs outside any sandbox, started as
-``python -I -c code_runner.BOOT ROOT BASE``: it imports them from the ``entrodrop`` package under
-``ROOT``. Only ``sandbox_child`` is shown to the candidate.
+the candidate may write), ``candidates`` (starting a candidate, its replies checked),
+``assertion_tests`` (the tests, here) and ``deadlines`` (its time limits, which the evaluation
+keeps too). The harness runs outside any sandbox, started as ``python -I -c code_runner.BOOT ROOT
+BASE``: it imports them from the ``entrodrop`` package under ``ROOT``. Only ``sandbox_child`` is
+shown to the candidate.
 """
 
 import ctypes
@@ -28,6 +29,7 @@ import time
 
 from entrodrop.sandbox.assertion_tests import run_asserts
 from entrodrop.sandbox.candidates import Candidate, CandidateFailed, SandboxUnavailable, checked
+from entrodrop.sandbox.deadlines import cpu_s, left_for_a_test, tests_s
 from entrodrop.sandbox.pipes import write_all
 from entrodrop.sandbox.sandbox_child import encode
 from entrodrop.sandbox.scratch import Scratch
@@ -38,27 +40,20 @@ OUTPUTS_LIMIT = 64 << 20  # bytes of outputs one job sends back
 TESTS_BEGIN = b"tests begin"
 
 
-def left_for_a_test(candidate: Candidate, limits: dict) -> float:
-    """One test's time: ``timeout_s``, or what is left of its job's deadline, the less."""
-    return min(limits["timeout_s"], candidate.deadline - time.monotonic())
-
-
 def run_job(candidate: Candidate, job: dict, limits: dict, begin=lambda: None) -> dict:
     """One job against its candidate; the reply line's fields. ``begin()`` once the program is
     loaded: its tests' deadline, ``timeout_s`` a test, counts from then, for all they cost here
-    too (a test gets ``timeout_s`` or what is left of that, the less)."""
+    too (a test gets ``timeout_s`` or what is left of that, the less: ``deadlines``)."""
     outputs, size = [], 0
     result = {"outputs": outputs, "error": None, "held": False, "sandbox": limits["mode"], "unavailable": None}
     try:
         ready = str(candidate.request({}, limits["startup_s"]))[:200]  # its ready line
         result["sandbox"] = f"{ready}; {candidate.scratch.describe(limits)}"
-        tests = max(len(job.get("inputs", ())), 1)
-        cpu_s = int(limits["startup_s"] + limits["timeout_s"] * tests) + 1
         # Assertion jobs are HumanEval's and MBPP's, the others LiveCodeBench's.
         prelude = "human-eval" if job["kind"] == "asserts" else "livecodebench"
         candidate.request({"op": "load", "code": job["code"], "prelude": prelude, "main": job["kind"] == "stdin",
-                           "cpu_s": cpu_s}, limits["startup_s"])
-        candidate.deadline = time.monotonic() + limits["timeout_s"] * tests
+                           "cpu_s": cpu_s(job, limits["startup_s"], limits["timeout_s"])}, limits["startup_s"])
+        candidate.deadline = time.monotonic() + tests_s(job, limits["timeout_s"])
         begin()
         what = f"{limits['timeout_s']:.1f} s"
         if job["kind"] == "asserts":
@@ -66,14 +61,15 @@ def run_job(candidate: Candidate, job: dict, limits: dict, begin=lambda: None) -
             result["held"] = True
             return result
         for test in job["inputs"]:
+            left = left_for_a_test(limits["timeout_s"], candidate.deadline, time.monotonic())
             if job["kind"] == "stdin":
-                output = candidate.request({"op": "stdin", "input": test}, left_for_a_test(candidate, limits), what)
+                output = candidate.request({"op": "stdin", "input": test}, left, what)
                 if type(output) is not str:
                     raise candidate.stop("its output is not text")
             else:  # functional: LiveCodeBench converts a returned tuple to a list
                 message = {"op": "call", "name": job["func_name"], "args": [encode(a) for a in test], "kwargs": [],
                            "solution": True}
-                output = candidate.request(message, left_for_a_test(candidate, limits), what)
+                output = candidate.request(message, left, what)
                 # Passed on as it came once its shape is checked, neither built (sets of one hash nested
                 # in each other cost the product of their sizes to build) nor encoded again (encoding
                 # sorts a set's items by their JSON text, made again at every level: depth x size).
