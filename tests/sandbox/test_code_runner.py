@@ -346,12 +346,12 @@ def test_workers_give_the_same_results_in_the_same_order():
     assert [r.outputs for r in run_all(jobs, workers=3)] == [r.outputs for r in run_all(jobs)] == expected
 
 
-def test_only_the_first_rank_runs_code(monkeypatch):
-    monkeypatch.setenv("HF_ALLOW_CODE_EVAL", "1")
+def test_only_the_first_rank_runs_code(monkeypatch, code_task_settings):
+    code_task_settings(allow_code=True)
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setattr(code_tasks, "run_all", lambda *a, **k: pytest.fail("rank 1 ran code"))
     assert code_tasks.humaneval_sandbox([["    return 1\n"]], HUMANEVAL[:1]) == [code_tasks.SKIPPED]
-    monkeypatch.delenv("HF_ALLOW_CODE_EVAL")
+    code_task_settings(allow_code=False)
     with pytest.raises(RuntimeError, match="allow_code_execution"):
         code_tasks.mbpp_sandbox([["x"]], [{}])
 
@@ -374,11 +374,11 @@ class Canned(LM):
 
 
 @pytest.mark.slow
-def test_sandboxed_humaneval_and_mbpp_score_through_lm_eval(tmp_path, monkeypatch):
+def test_sandboxed_humaneval_and_mbpp_score_through_lm_eval(tmp_path, monkeypatch, code_task_settings):
     """lm-eval's prompts, the sandbox's verdicts: humaneval_pass1 (local data) and mbpp_sandbox
     on a local copy, one right and one wrong answer each."""
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.setenv("HF_ALLOW_CODE_EVAL", "1")
+    code_task_settings(allow_code=True)
     first, second = HUMANEVAL[:2]
     mbpp = [{"task_id": 11, "text": "Write a function to square a number.", "code": "def square(x):\n    return x * x",
              "test_list": ["assert square(3) == 9", "assert square(0) == 0", "assert square(-2) == 4"]},
