@@ -8,7 +8,7 @@ count it; ``tests/tasks/test_replies.py`` and ``scripts/compare_opencompass.py``
 beside a person's.
 
 The code benchmarks run their programs in the sandbox (``entrodrop.sandbox``), so they run
-only where the code tasks' settings allow code (``code_tasks.use_sandbox`` with
+only where the code tasks' settings allow code (``code_settings.use_sandbox`` with
 ``SandboxSettings.allow_code``), as every code task does.
 """
 

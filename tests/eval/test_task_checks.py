@@ -14,7 +14,7 @@ from conftest import REPO
 from omegaconf import OmegaConf
 
 from entrodrop.eval.task_checks import allow_code, check_tasks, load_task_manager, sandboxed, task_index, task_metrics
-from entrodrop.tasks import code_tasks
+from entrodrop.tasks import code_settings, code_tasks
 
 TASKS = ["humaneval_likelihood", "svamp"]
 
@@ -86,13 +86,13 @@ def test_the_config_allows_code_through_the_sandbox_settings_and_no_module_reads
     monkeypatch.setenv("HF_ALLOW_CODE_EVAL", "1")
     lm_eval.allow_code_execution = False
     allow_code(lm_eval)
-    assert not code_tasks.sandbox_settings().allow_code
+    assert not code_settings.sandbox_settings().allow_code
     with pytest.raises(RuntimeError, match="allow_code_execution"):
         code_tasks.mbpp_sandbox([["x"]], [{}])
     monkeypatch.delenv("HF_ALLOW_CODE_EVAL")  # restored after the test, whatever allow_code set
     lm_eval.allow_code_execution = True
     allow_code(lm_eval)
-    assert code_tasks.sandbox_settings().allow_code and os.environ["HF_ALLOW_CODE_EVAL"] == "1"
+    assert code_settings.sandbox_settings().allow_code and os.environ["HF_ALLOW_CODE_EVAL"] == "1"
 
     reads = []
     for path in (REPO / "entrodrop").rglob("*.py"):

@@ -4,11 +4,13 @@ hostile program each, are in test_hostile_programs.py; the seccomp filter's list
 test_seccomp_filter.py; the values that cross in test_value_shapes_across_the_sandbox.py; what a
 reply can cost in test_reply_costs.py."""
 
+import importlib.util
 import json
 import os
 import time
 from collections import namedtuple
 from fractions import Fraction
+from pathlib import Path
 
 import lm_eval
 import pytest
@@ -31,7 +33,7 @@ from entrodrop.sandbox.code_runner import (
 from entrodrop.sandbox.pipes import LineReader
 from entrodrop.sandbox.sandbox_child import decode, encode
 from entrodrop.sandbox.scratch import remove_tree
-from entrodrop.tasks import code_tasks
+from entrodrop.tasks import code_settings, code_tasks
 from entrodrop.tasks.livecodebench import run_tests
 
 ADD = [{"input": "2 3\n", "output": "5\n", "testtype": "stdin"}, {"input": "10 -4\n", "output": "6\n", "testtype": "stdin"}]
@@ -144,12 +146,30 @@ def test_the_configs_sandbox_keys_reach_the_code_tasks(configure_code_tasks):
     slow = ("import time\nSLEPT = []\n" + problem["prompt"]
             + "    if not SLEPT:\n        SLEPT.append(time.sleep(2))\n" + problem["canonical_solution"])
     configure_code_tasks(timeout_s=1, layer="own", workers=3, memory_mb=1024)
-    settings = code_tasks.sandbox_settings()
+    settings = code_settings.sandbox_settings()
     assert (settings.workers, settings.limits.sandbox, settings.limits.memory_bytes) == (3, "own", 1 << 30)
     assert code_tasks.humaneval_sandbox([[slow]], [problem]) == [code_tasks.FAIL]
     configure_code_tasks()  # the shipped keys: each task's own time limit
-    assert settings.for_task(6.0).timeout_s == 1 and code_tasks.sandbox_settings().for_task(6.0).timeout_s == 6.0
+    assert settings.for_task(6.0).timeout_s == 1 and code_settings.sandbox_settings().for_task(6.0).timeout_s == 6.0
     assert code_tasks.humaneval_sandbox([[slow]], [problem]) == [code_tasks.PASS]
+
+
+def test_the_settings_reach_the_filters_as_lm_eval_loads_them(monkeypatch, code_task_settings):
+    """lm-eval loads a YAML's ``!function code_tasks.<name>`` by executing code_tasks.py again
+    from its path (lm_eval/tasks/_yaml_loader.py), a module of its own: it still reads the
+    evaluation's settings (``code_settings``), whether code may run included."""
+    path = Path(code_tasks.__file__)
+    spec = importlib.util.spec_from_file_location(str(path.with_suffix("")), path)
+    copy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(copy)
+    assert copy.humaneval_sandbox is not code_tasks.humaneval_sandbox
+    monkeypatch.setenv("RANK", "1")  # once allowed, rank 1 runs nothing
+    code_task_settings(allow_code=False)
+    with pytest.raises(RuntimeError, match="allow_code_execution"):
+        copy.humaneval_sandbox([["    return 1\n"]], HUMANEVAL[:1])
+    code_task_settings(allow_code=True, workers=3)
+    assert copy.humaneval_sandbox([["    return 1\n"]], HUMANEVAL[:1]) == [code_tasks.SKIPPED]
+    assert copy.sandbox_settings().workers == 3
 
 
 def test_the_candidate_is_locked_down():
