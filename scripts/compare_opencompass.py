@@ -41,12 +41,13 @@ import logging
 import os
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from entrodrop.tasks import code_tasks, livecodebench  # noqa: E402
+from entrodrop.tasks import code_settings, code_tasks, livecodebench  # noqa: E402
 from entrodrop.tasks.replies import agreement_table, documents, load, project_verdicts  # noqa: E402
 
 OPENCOMPASS_VERSION = "0.5.4"
@@ -226,6 +227,8 @@ def main() -> None:
     task_class = import_opencompass()
     if os.environ.get("HF_ALLOW_CODE_EVAL") != "1":
         sys.exit("the code cases execute the replies' programs (in the sandbox): run with HF_ALLOW_CODE_EVAL=1")
+    # The consent, as this command line takes it, handed to the code tasks as a run hands them its config's.
+    code_settings.use_sandbox(replace(code_settings.sandbox_settings(), allow_code=True))
     # OpenCompass's config still sets equations=True, which latex2sympy2 logs as deprecated at every parse.
     logging.getLogger("latex2sympy2_extended.math_normalization").setLevel(logging.ERROR)
     cases = load(args.replies)

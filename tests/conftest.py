@@ -170,10 +170,10 @@ def configure_code_tasks(monkeypatch):
     from omegaconf import OmegaConf
 
     from entrodrop.eval.task_checks import allow_code
-    from entrodrop.tasks import code_tasks
+    from entrodrop.tasks import code_settings
 
-    before = code_tasks.sandbox_settings()
-    monkeypatch.setenv("HF_ALLOW_CODE_EVAL", "1")  # allow_code sets it too; undone after
+    before = code_settings.sandbox_settings()
+    monkeypatch.setenv("HF_ALLOW_CODE_EVAL", "1")  # allow_code sets it for Hugging Face's code_eval; undone after
 
     def configure(**sandbox) -> None:
         lm_eval = OmegaConf.load(REPO / "configs/tiny/qwen3_evaluate.yaml").evaluation.lm_eval
@@ -182,7 +182,21 @@ def configure_code_tasks(monkeypatch):
         allow_code(lm_eval)
 
     yield configure
-    code_tasks.use_sandbox(before)
+    code_settings.use_sandbox(before)
+
+
+@pytest.fixture
+def code_task_settings():
+    """``use(**fields)``: the code tasks' sandbox settings (``code_settings.use_sandbox``) with
+    those fields changed, as a run sets them before lm-eval runs (``allow_code=True``: code may
+    run); the settings before are restored after."""
+    from dataclasses import replace
+
+    from entrodrop.tasks import code_settings
+
+    before = code_settings.sandbox_settings()
+    yield lambda **fields: code_settings.use_sandbox(replace(before, **fields))
+    code_settings.use_sandbox(before)
 
 
 def good_passes(result: Run) -> bool:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from entrodrop.errors import raise_problems
-from entrodrop.tasks.code_tasks import SandboxSettings, use_sandbox
+from entrodrop.tasks.code_settings import SandboxSettings, use_sandbox
 from entrodrop.tasks.sandboxed import TASK_NAMES, runs_in_sandbox
 
 # lm-eval's metrics by output type, when a task's YAML lists none (lm-eval's own defaults).
@@ -290,9 +290,13 @@ def task_index(lm_eval_cfg, cache_dir: Optional[Path] = None):
 
 
 def allow_code(lm_eval_cfg) -> None:
-    """Hand the code tasks what the config says: whether code may run (``allow_code_execution``,
-    as ``HF_ALLOW_CODE_EVAL``, which Hugging Face's code_eval and our tasks read) and how its
-    programs run (``sandbox``: ``entrodrop.tasks.code_tasks.use_sandbox``)."""
-    if lm_eval_cfg.allow_code_execution:
+    """Hand the code tasks what the config says (``entrodrop.tasks.code_settings.use_sandbox``):
+    whether code may run (``allow_code_execution``) and how its programs run (``sandbox``).
+
+    Where code may run, ``HF_ALLOW_CODE_EVAL=1`` is set as well, for Hugging Face's own
+    ``code_eval`` metric alone, which reads it itself (lm-eval's ``humaneval`` and ``mbpp`` utils
+    call it when they are imported); no module of ours reads it."""
+    settings = SandboxSettings.from_config(lm_eval_cfg)
+    if settings.allow_code:
         os.environ["HF_ALLOW_CODE_EVAL"] = "1"
-    use_sandbox(SandboxSettings.from_config(lm_eval_cfg.sandbox))
+    use_sandbox(settings)

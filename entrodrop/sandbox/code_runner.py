@@ -44,17 +44,16 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from entrodrop.errors import SandboxError
-from entrodrop.sandbox.code_harness import OUTPUTS_LIMIT, TESTS_BEGIN, LineReader, remove_tree, write_all
+from entrodrop.sandbox.code_harness import OUTPUTS_LIMIT, TESTS_BEGIN
+from entrodrop.sandbox.deadlines import MARGIN_S, tests_s, until_tests_s
+from entrodrop.sandbox.pipes import LineReader, write_all
 from entrodrop.sandbox.sandbox_child import decode
+from entrodrop.sandbox.scratch import remove_tree
 
 log = logging.getLogger(__name__)
 ROOT = str(Path(__file__).resolve().parents[2])  # the directory that holds the entrodrop package
 BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from entrodrop.sandbox.code_harness import main; main()"
 SANDBOXES = ("auto", "bubblewrap", "own")
-# What a harness may take past its tests' deadline (closing the candidate, sending the result)
-# before it is killed: a harness stuck in its own work (a test's, or building a value in C code
-# that no signal interrupts) costs its tests' deadline and this, however long the work.
-MARGIN_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -127,7 +126,7 @@ class Harness:
         for a while (a cluster's ``ulimit -u``, counted over every program of the user, whose
         threads another worker's program holds until it ends) ends no evaluation, and fails no
         right program the moment it lasts."""
-        patience = limits.timeout_s * max(len(job.get("inputs", ())), 1)
+        patience = tests_s(job, limits.timeout_s)
         start, pause = time.monotonic(), RETRY_FIRST_S
         while True:
             try:
@@ -146,9 +145,9 @@ class Harness:
     def attempt(self, job: Dict, limits: Limits, spare: bool) -> Run:
         """One try of ``run``. The harness has its start (the first job), the candidate's start
         and load (``startup_s`` each), then from its ``TESTS_BEGIN`` line its tests' time
-        (``timeout_s`` a test), each with ``MARGIN_S`` more: past it, it is killed."""
-        tests = max(len(job.get("inputs", ())), 1)
-        seconds = 2 * limits.startup_s + MARGIN_S + (0 if self.started else limits.startup_s)
+        (``timeout_s`` a test), each with ``MARGIN_S`` more: past it, it is killed
+        (``deadlines``: ``until_tests_s``, ``tests_s``)."""
+        seconds = until_tests_s(limits.startup_s, harness_started=self.started)
         deadline, window = time.monotonic() + seconds, f"{seconds:.0f} s"
         self.started = True
         message = {"job": job, "limits": {**asdict(limits), "mode": self.sandbox}, "spare": spare}
@@ -156,8 +155,9 @@ class Harness:
             write_all(self.process.stdin.fileno(), (json.dumps(message) + "\n").encode(), deadline)
             line = self.results.line(deadline)
             if line == TESTS_BEGIN:
-                deadline = time.monotonic() + limits.timeout_s * tests + MARGIN_S
-                window = f"{limits.timeout_s * tests:.0f} s after its tests began, and {MARGIN_S:.0f} s more"
+                tests = tests_s(job, limits.timeout_s)
+                deadline = time.monotonic() + tests + MARGIN_S
+                window = f"{tests:.0f} s after its tests began, and {MARGIN_S:.0f} s more"
                 line = self.results.line(deadline)
         except TimeoutError:
             return self.lost(f"the harness stopped answering ({window})")

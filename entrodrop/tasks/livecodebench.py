@@ -25,14 +25,8 @@ from entrodrop.sandbox.code_runner import (
 )
 from entrodrop.sandbox.sandbox_child import encode
 from entrodrop.tasks.code_extract import program
-from entrodrop.tasks.code_tasks import (
-    FAIL,
-    PASS,
-    SKIPPED,
-    allowed,
-    first_rank,
-    sandbox_settings,
-)
+from entrodrop.tasks.code_settings import allowed, sandbox_settings
+from entrodrop.tasks.code_tasks import FAIL, PASS, SKIPPED, first_rank
 
 TEST_TIMEOUT = 6.0  # seconds per test, LiveCodeBench's own limit
 

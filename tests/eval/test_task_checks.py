@@ -1,7 +1,9 @@
 """lm-eval's task index at start-up (entrodrop.eval.task_checks.load_task_manager): the full index
 once, then only the directories the configured tasks need, rebuilt whenever a YAML there or in
-include_path changes. benchmarks/bench_startup.py times what it saves. Which tasks may run code."""
+include_path changes. benchmarks/bench_startup.py times what it saves. Which tasks may run code,
+and what allows them to."""
 
+import ast
 import json
 import os
 import shutil
@@ -11,8 +13,8 @@ import pytest
 from conftest import REPO
 from omegaconf import OmegaConf
 
-from entrodrop.eval.task_checks import check_tasks, load_task_manager, sandboxed, task_index, task_metrics
-from entrodrop.tasks import code_tasks
+from entrodrop.eval.task_checks import allow_code, check_tasks, load_task_manager, sandboxed, task_index, task_metrics
+from entrodrop.tasks import code_settings, code_tasks
 
 TASKS = ["humaneval_likelihood", "svamp"]
 
@@ -73,3 +75,30 @@ def test_a_task_runs_in_the_sandbox_when_its_responses_go_through_one_of_the_tas
     assert not sandboxed(task(f"{tmp_path}/code_tasks.humaneval_sandbox"))  # another module of that name
     assert not sandboxed(task(f"{tasks_dir}/code_tasks.pass_at_1"))  # ours, but it runs nothing
     assert sandboxed({"task": "t"}) and sandboxed({"group": "g", "unsafe_code": True})
+
+
+def test_the_config_allows_code_through_the_sandbox_settings_and_no_module_reads_hugging_faces_variable(
+        monkeypatch, code_task_settings):
+    """allow_code hands allow_code_execution to the code tasks as a field of their settings; it sets
+    HF_ALLOW_CODE_EVAL for Hugging Face's own code_eval, which reads it itself, and no module of the
+    library reads it: a shell that exports it allows nothing of ours."""
+    lm_eval = OmegaConf.load(REPO / "configs/tiny/qwen3_evaluate.yaml").evaluation.lm_eval
+    monkeypatch.setenv("HF_ALLOW_CODE_EVAL", "1")
+    lm_eval.allow_code_execution = False
+    allow_code(lm_eval)
+    assert not code_settings.sandbox_settings().allow_code
+    with pytest.raises(RuntimeError, match="allow_code_execution"):
+        code_tasks.mbpp_sandbox([["x"]], [{}])
+    monkeypatch.delenv("HF_ALLOW_CODE_EVAL")  # restored after the test, whatever allow_code set
+    lm_eval.allow_code_execution = True
+    allow_code(lm_eval)
+    assert code_settings.sandbox_settings().allow_code and os.environ["HF_ALLOW_CODE_EVAL"] == "1"
+
+    reads = []
+    for path in (REPO / "entrodrop").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        written = {id(node.slice) for node in ast.walk(tree) if isinstance(node, ast.Subscript)
+                   and isinstance(node.ctx, ast.Store)}  # os.environ["HF_ALLOW_CODE_EVAL"] = "1"
+        reads += [f"{path.relative_to(REPO)}:{node.lineno}" for node in ast.walk(tree)
+                  if isinstance(node, ast.Constant) and node.value == "HF_ALLOW_CODE_EVAL" and id(node) not in written]
+    assert reads == []

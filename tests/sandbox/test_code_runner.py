@@ -4,11 +4,13 @@ hostile program each, are in test_hostile_programs.py; the seccomp filter's list
 test_seccomp_filter.py; the values that cross in test_value_shapes_across_the_sandbox.py; what a
 reply can cost in test_reply_costs.py."""
 
+import importlib.util
 import json
 import os
 import time
 from collections import namedtuple
 from fractions import Fraction
+from pathlib import Path
 
 import lm_eval
 import pytest
@@ -18,7 +20,6 @@ from lm_eval.api.model import LM
 from lm_eval.tasks import TaskManager
 
 from entrodrop.errors import SandboxError
-from entrodrop.sandbox.code_harness import LineReader, remove_tree
 from entrodrop.sandbox.code_runner import (
     Limits,
     checked_run,
@@ -29,8 +30,10 @@ from entrodrop.sandbox.code_runner import (
     same_value,
     sandbox_in_use,
 )
+from entrodrop.sandbox.pipes import LineReader
 from entrodrop.sandbox.sandbox_child import decode, encode
-from entrodrop.tasks import code_tasks
+from entrodrop.sandbox.scratch import remove_tree
+from entrodrop.tasks import code_settings, code_tasks
 from entrodrop.tasks.livecodebench import run_tests
 
 ADD = [{"input": "2 3\n", "output": "5\n", "testtype": "stdin"}, {"input": "10 -4\n", "output": "6\n", "testtype": "stdin"}]
@@ -143,12 +146,30 @@ def test_the_configs_sandbox_keys_reach_the_code_tasks(configure_code_tasks):
     slow = ("import time\nSLEPT = []\n" + problem["prompt"]
             + "    if not SLEPT:\n        SLEPT.append(time.sleep(2))\n" + problem["canonical_solution"])
     configure_code_tasks(timeout_s=1, layer="own", workers=3, memory_mb=1024)
-    settings = code_tasks.sandbox_settings()
+    settings = code_settings.sandbox_settings()
     assert (settings.workers, settings.limits.sandbox, settings.limits.memory_bytes) == (3, "own", 1 << 30)
     assert code_tasks.humaneval_sandbox([[slow]], [problem]) == [code_tasks.FAIL]
     configure_code_tasks()  # the shipped keys: each task's own time limit
-    assert settings.for_task(6.0).timeout_s == 1 and code_tasks.sandbox_settings().for_task(6.0).timeout_s == 6.0
+    assert settings.for_task(6.0).timeout_s == 1 and code_settings.sandbox_settings().for_task(6.0).timeout_s == 6.0
     assert code_tasks.humaneval_sandbox([[slow]], [problem]) == [code_tasks.PASS]
+
+
+def test_the_settings_reach_the_filters_as_lm_eval_loads_them(monkeypatch, code_task_settings):
+    """lm-eval loads a YAML's ``!function code_tasks.<name>`` by executing code_tasks.py again
+    from its path (lm_eval/tasks/_yaml_loader.py), a module of its own: it still reads the
+    evaluation's settings (``code_settings``), whether code may run included."""
+    path = Path(code_tasks.__file__)
+    spec = importlib.util.spec_from_file_location(str(path.with_suffix("")), path)
+    copy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(copy)
+    assert copy.humaneval_sandbox is not code_tasks.humaneval_sandbox
+    monkeypatch.setenv("RANK", "1")  # once allowed, rank 1 runs nothing
+    code_task_settings(allow_code=False)
+    with pytest.raises(RuntimeError, match="allow_code_execution"):
+        copy.humaneval_sandbox([["    return 1\n"]], HUMANEVAL[:1])
+    code_task_settings(allow_code=True, workers=3)
+    assert copy.humaneval_sandbox([["    return 1\n"]], HUMANEVAL[:1]) == [code_tasks.SKIPPED]
+    assert copy.sandbox_settings().workers == 3
 
 
 def test_the_candidate_is_locked_down():
@@ -345,12 +366,12 @@ def test_workers_give_the_same_results_in_the_same_order():
     assert [r.outputs for r in run_all(jobs, workers=3)] == [r.outputs for r in run_all(jobs)] == expected
 
 
-def test_only_the_first_rank_runs_code(monkeypatch):
-    monkeypatch.setenv("HF_ALLOW_CODE_EVAL", "1")
+def test_only_the_first_rank_runs_code(monkeypatch, code_task_settings):
+    code_task_settings(allow_code=True)
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setattr(code_tasks, "run_all", lambda *a, **k: pytest.fail("rank 1 ran code"))
     assert code_tasks.humaneval_sandbox([["    return 1\n"]], HUMANEVAL[:1]) == [code_tasks.SKIPPED]
-    monkeypatch.delenv("HF_ALLOW_CODE_EVAL")
+    code_task_settings(allow_code=False)
     with pytest.raises(RuntimeError, match="allow_code_execution"):
         code_tasks.mbpp_sandbox([["x"]], [{}])
 
@@ -373,11 +394,11 @@ class Canned(LM):
 
 
 @pytest.mark.slow
-def test_sandboxed_humaneval_and_mbpp_score_through_lm_eval(tmp_path, monkeypatch):
+def test_sandboxed_humaneval_and_mbpp_score_through_lm_eval(tmp_path, monkeypatch, code_task_settings):
     """lm-eval's prompts, the sandbox's verdicts: humaneval_pass1 (local data) and mbpp_sandbox
     on a local copy, one right and one wrong answer each."""
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.setenv("HF_ALLOW_CODE_EVAL", "1")
+    code_task_settings(allow_code=True)
     first, second = HUMANEVAL[:2]
     mbpp = [{"task_id": 11, "text": "Write a function to square a number.", "code": "def square(x):\n    return x * x",
              "test_list": ["assert square(3) == 9", "assert square(0) == 0", "assert square(-2) == 4"]},

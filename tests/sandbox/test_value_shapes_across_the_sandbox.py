@@ -171,9 +171,9 @@ def test_livecodebench_compares_a_counter_as_a_dict_and_refuses_an_object():
     assert not run_tests("class C:\n    def __eq__(self, o):\n        return True\ndef f(s):\n    return C()", tests, "f")
 
 
-def test_mbpp_runs_its_test_setup_code_before_the_assertions(monkeypatch):
+def test_mbpp_runs_its_test_setup_code_before_the_assertions(code_task_settings):
     """MBPP 367 builds its trees in ``test_setup_code``; lm-eval's mbpp leaves it out."""
-    monkeypatch.setenv("HF_ALLOW_CODE_EVAL", "1")
+    code_task_settings(allow_code=True)
     doc = {"code": HEIGHT, "test_setup_code": TREES, "test_list": ["assert height(root) == 4", "assert height(same) == 2",
                                                                    "assert height(Node(1)) == 1"]}
     replies = [[f"```python\n{HEIGHT}```"], [f"```python\n{NODE}def height(node):\n    return 2\n```"]]

@@ -169,10 +169,10 @@ def local_tasks(tmp_path_factory):
 
 
 @pytest.mark.parametrize("task", LOCAL)
-def test_shipped_task_runs_on_a_local_copy_of_its_data(task, local_tasks, monkeypatch):
+def test_shipped_task_runs_on_a_local_copy_of_its_data(task, local_tasks, monkeypatch, code_task_settings):
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_ALLOW_CODE_EVAL", "1")
+    code_task_settings(allow_code=True)
     lm = CannedLM()
     out = lm_eval.simple_evaluate(model=lm, tasks=[f"{task}_local"], log_samples=False, confirm_run_unsafe_code=True,
                                   task_manager=local_tasks)
@@ -330,8 +330,9 @@ def test_livecodebench_runner_passes_right_code_and_fails_wrong_slow_or_crashing
     assert not run_tests(forged, stdin, "")
 
 
-def test_livecodebench_refuses_to_run_code_unless_allowed(monkeypatch):
-    monkeypatch.delenv("HF_ALLOW_CODE_EVAL", raising=False)
+def test_livecodebench_refuses_to_run_code_unless_allowed(monkeypatch, code_task_settings):
+    code_task_settings(allow_code=False)
+    monkeypatch.setenv("HF_ALLOW_CODE_EVAL", "1")  # Hugging Face's code_eval's variable allows nothing here
     with pytest.raises(RuntimeError, match="allow_code_execution"):
         sandbox([["print(3)"]], [LIVECODEBENCH[0]])
 

@@ -35,8 +35,8 @@ def test_the_set_covers_every_benchmark_with_both_verdicts(cases):
 
 
 @pytest.mark.slow
-def test_the_project_agrees_with_the_person(cases, monkeypatch):
-    monkeypatch.setenv("HF_ALLOW_CODE_EVAL", "1")
+def test_the_project_agrees_with_the_person(cases, code_task_settings):
+    code_task_settings(allow_code=True)
     verdicts = project_verdicts(cases)
     agree = sum(v == c["verdict"] for v, c in zip(verdicts, cases))
     differ = [f"{c['id']} ({c['kind']}): person {c['verdict']}, project {v}"
