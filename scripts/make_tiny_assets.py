@@ -18,8 +18,9 @@ writes
                  16 held-out blocks for validation
     general.jsonl a general-domain corpus (English prose: the paragraphs of pydoc's topic pages)
 
-The tiny models' hyper-parameters are repeated in configs/tiny/*.yaml; the recipes check the
-YAML against each config.json when they load, so the two cannot drift apart silently.
+The tiny models' hyper-parameters are repeated in entrodrop/config/derived_configs.py, which
+writes them into configs/tiny/*.yaml; the recipes check the YAML against each config.json when
+they load, so the two cannot drift apart silently.
 Running it again with the same Python gives the same files.
 """
 
