@@ -34,15 +34,13 @@ from tqdm import tqdm
 
 from entrodrop import devices
 from entrodrop.config import cli, schemas
-from entrodrop.data.entropy_cache import check_cache_model
-from entrodrop.data.loader import build_loader, describe_budget, plan_budget
+from entrodrop.data.loader import describe_budget
 from entrodrop.data.packing import block_causal_mask
-from entrodrop.data.store_identity import check_training_stores, training_stores
+from entrodrop.data.training_stores import open_training_stores, training_data
 from entrodrop.errors import ConfigError, naming_log_writes
 from entrodrop.eval.evaluator import Evaluator
 from entrodrop.eval.records import metric_fields, record_evaluation
 from entrodrop.eval.task_checks import allow_code, task_index
-from entrodrop.eval.validation import open_validation
 from entrodrop.method.dropout import add_hidden_dropout
 from entrodrop.models.checkpointing import HFCheckpointer, latest_checkpoint
 from entrodrop.models.loss import model_output_for
@@ -68,10 +66,11 @@ class EntroDropRecipeDistributed:
     """Setup, the train loop, checkpoints; every value read from ``cfg`` is in the YAML.
 
     Start-up goes from cheap checks to costly work, so a mistake shows before the model loads:
-    the config against ``entrodrop.config.schemas.TRAINING`` (every problem in one error), the output
-    directory (an earlier run is never silently mixed with this one) or the checkpoint to
-    resume (its saved config must match), the lm-eval tasks, the data (store integrity, the
-    entropy join, the budget), and only then the model.
+    the config against ``entrodrop.config.schemas.TRAINING`` (every problem in one error), the
+    stores, each opened once (their manifests, files and tables), the output directory (an
+    earlier run is never silently mixed with this one) or the checkpoint to resume (its saved
+    config and stores must match), the lm-eval tasks, what the stores hold (the caches' model,
+    the entropy join, the token ids, the budget), and only then the model.
     """
 
     def __init__(self, cfg: DictConfig) -> None:
@@ -102,7 +101,10 @@ class EntroDropRecipeDistributed:
 
     def setup(self, cfg: DictConfig) -> bool:
         """Everything before the first step; False when a resumed run is already complete."""
-        state, resume_dir = self._run_dir.open()  # held to the end; refuses an earlier run, or resumes it
+        # Each store opened once: three distinct token stores of this tokenizer; what they are goes into
+        # each checkpoint, and a resume compares them.
+        self._stores = open_training_stores(cfg)
+        state, resume_dir = self._run_dir.open(self._stores.identities)  # held to the end; refuses an earlier run
         self._setup_tasks(cfg)
         self._setup_data(cfg)
         self._step = state[STEP_KEY] if state else 0
@@ -128,26 +130,16 @@ class EntroDropRecipeDistributed:
         self._task_manager = task_index(cfg.evaluation.lm_eval)
 
     def _setup_data(self, cfg: DictConfig) -> None:
-        """The training stream (the stores' integrity and the entropy join are checked as it is
-        built), the held-out validation stores, and the budget. Every token id of the target and
-        validation token stores is hashed against the store's table here, before the model loads.
+        """The training stream, the held-out validation stores and the budget, from the stores opened
+        at set-up, each checked first (``entrodrop.data.training_stores.training_data``): the entropy
+        caches are this base model's and hold entropies, the entropy join, and every token id of the
+        target and validation token stores hashed against the store's table, before the model loads.
         Every rank checks for itself, in parallel, one core each: simpler than one rank checking
         and broadcasting the outcome, and every rank raises the same error."""
-        # Each token store of this tokenizer, the three of them distinct; what they are goes into each checkpoint.
-        self._stores = check_training_stores(training_stores(cfg), self._run_dir.config["tokenizer"])
-        # The entropy caches are this base model's (verify_entropy_cache.py's fingerprint; no forward pass).
-        check_cache_model(cfg.checkpointer.checkpoint_dir, cfg.data.target_entropy,
-                          cfg.evaluation.validation.target_entropy)
-        self._loader = build_loader(cfg.data.target_tokens, cfg.data.target_entropy, cfg.data.general_tokens,
-                                    cfg.data.seq_len, cfg.global_batch_size, cfg.data.target_ratio, self._seed,
-                                    self._rank, self._world_size)
-        v = cfg.evaluation.validation
-        self._validation = open_validation(v.target_tokens, v.target_entropy)
-        stream = self._loader.root
-        budget = plan_budget(cfg.total_tokens, cfg.global_batch_size, cfg.data.seq_len, cfg.data.target_ratio,
-                             stream.target_tokens, stream.general_tokens)
-        utils.log_rank_zero(log, describe_budget(budget, stream))
-        self._num_steps = budget.num_steps
+        data = training_data(self._stores, cfg, self._seed, self._rank, self._world_size)
+        self._loader, self._validation, self._target_entropy = data.loader, data.validation, data.target_entropy
+        utils.log_rank_zero(log, describe_budget(data.budget, data.loader.root))
+        self._num_steps = data.budget.num_steps
 
     def _setup_model(self, cfg: DictConfig, state: Optional[dict], resume_dir: Optional[Path]) -> None:
         """The model with the weights to resume (else the base checkpoint's), EntroDrop attached to
@@ -168,7 +160,7 @@ class EntroDropRecipeDistributed:
         utils.log_rank_zero(log, f"activation checkpointing: {num_checkpointed} of {len(model.layers)} layers")
         self._model, self._checkpointer = model, base
         # e_bar: the mean of the base model's embedding matrix; a resumed run's comes from its state.
-        self._token_dropout.attach(model, None if state else model_sd["tok_embeddings.weight"])
+        self._token_dropout.attach(model, None if state else model_sd["tok_embeddings.weight"], self._target_entropy)
         # What the loss reads: the final hidden states, projected by a fused loss in chunks so
         # the [tokens, vocab] logits never exist (entrodrop.models.loss), or torchtune's chunks of logits.
         self._forward = model_output_for(model, self._loss_fn)
@@ -260,7 +252,7 @@ class EntroDropRecipeDistributed:
         state = {
             STEP_KEY: self._step, SEED_KEY: self._seed, OPT_KEY: optimizer_sd,
             LR_SCHEDULER_KEY: self._lr_scheduler.state_dict(), LOADER_KEY: self._loader.state_dict(), RNG_KEY: rng,
-            STORES_KEY: self._stores,  # what the stores are: a resume compares them
+            STORES_KEY: self._stores.identities,  # what the stores are: a resume compares them
             **self._token_dropout.state_dict(),  # e_bar, val_losses, j0, loss_signal
         }
         self._run_dir.save(self._checkpointer, model_sd, state, target_epoch)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Optional
 
 from entrodrop.data.fingerprints import fingerprint_checkpoint
-from entrodrop.data.sample_store import KINDS, MANIFEST, SampleStore, shards_written
+from entrodrop.data.sample_store import SampleStore, shards_written
 from entrodrop.errors import CacheMismatchError, CheckpointError
 from entrodrop.models.checkpointing import damaged_weights, find_weight_files
 
@@ -21,44 +21,38 @@ def model_vocab_size(checkpoint_dir: str) -> int:
     return json.loads((Path(checkpoint_dir) / "config.json").read_text())["vocab_size"]
 
 
-def check_cache_model(checkpoint_dir: str, *cache_dirs: Optional[str]) -> None:
+def check_cache_model(checkpoint_dir: str, *caches: Optional[SampleStore]) -> None:
     """Refuse an entropy cache computed by another model than the one in ``checkpoint_dir``, at
     training start-up: the fingerprint recipes/verify_entropy_cache.py compares
     (``fingerprint_checkpoint``: config.json and three 1 MiB windows of each weight file,
     milliseconds; no forward pass) against the one in each cache's manifest. None: a cache
     the run does not read. Then every value of each cache is read once and refused unless it is
     an entropy over the model's vocabulary (``SampleStore.check_entropies``): the caches are of
-    the target data, the small side of a run.
+    the target data, the small side of a run. The caches are open already (a token store given
+    for one was refused as it opened: ``SampleStore(..., "entropy")``).
 
     Raises:
-        CacheMismatchError: one line naming both fingerprints and the fix; a store that is no
-            entropy cache (a token store), named as such; or the shard files holding values that
-            are no entropies, with how many, the first, and the fix.
+        CacheMismatchError: one line naming both fingerprints and the fix; or the shard files
+            holding values that are no entropies, with how many, the first, and the fix.
         CheckpointError: a damaged weight file (an interrupted download), named as such rather
             than as another model.
     """
+    caches = [cache for cache in caches if cache is not None]
     now = None
-    for cache_dir in (d for d in cache_dirs if d is not None):
-        manifest = json.loads((Path(cache_dir) / MANIFEST).read_text())
-        if manifest.get("kind") != "entropy":  # a token store's key names no model: its "fingerprint" is None
-            what, _, recipe = KINDS.get(manifest.get("kind"), (f"store of kind {manifest.get('kind')}", None, "another recipe"))
-            raise CacheMismatchError(f"{cache_dir} is a {what} (written by {recipe}), not an entropy cache: give the "
-                                     "cache_dir that recipes/precompute_entropy.py wrote for its token store, or run "
-                                     "that recipe to compute one")
-        cached = manifest["key"]["model"]
+    for cache in caches:
         if now is None:
             damaged = damaged_weights(Path(checkpoint_dir))
             if damaged:
                 raise CheckpointError(damaged)
             now = fingerprint_checkpoint(checkpoint_dir, find_weight_files(Path(checkpoint_dir)))
-        if cached != now:
+        if cache.key["model"] != now:
             raise CacheMismatchError(
-                f"the entropy cache {cache_dir} was computed by another model (fingerprint {cached}) than "
+                f"the entropy cache {cache.dir} was computed by another model (fingerprint {cache.key['model']}) than "
                 f"checkpointer.checkpoint_dir={checkpoint_dir} (fingerprint {now}): point checkpoint_dir at the model "
                 "that computed it, or re-run recipes/precompute_entropy.py with this one into a new cache_dir "
                 "(recipes/verify_entropy_cache.py names everything that differs)")
-    for cache_dir in (d for d in cache_dirs if d is not None):
-        SampleStore(cache_dir, "entropy").check_entropies(model_vocab_size(checkpoint_dir))
+    for cache in caches:
+        cache.check_entropies(model_vocab_size(checkpoint_dir))
 
 
 def kept_shards(cache_dir: str) -> str:

@@ -304,11 +304,16 @@ def build_loader(target_tokens_dir: str, target_entropy_dir: Optional[str], gene
         CacheMismatchError: the target token store holds other ids than it was written with, or
             the entropy cache was computed on other samples.
     """
-    target = SampleStore(target_tokens_dir, "tokens")
-    stream = MixedPackedStream(
-        target, SampleStore(target_entropy_dir, "entropy") if target_entropy_dir else None,
-        SampleStore(general_tokens_dir, "tokens"), seq_len, global_batch_size, target_ratio, seed,
-        rank, world_size,
-    )
+    return stream_loader(SampleStore(target_tokens_dir, "tokens"),
+                         SampleStore(target_entropy_dir, "entropy") if target_entropy_dir else None,
+                         SampleStore(general_tokens_dir, "tokens"), seq_len, global_batch_size, target_ratio, seed,
+                         rank, world_size)
+
+
+def stream_loader(target: SampleStore, target_entropy: Optional[SampleStore], general: SampleStore, seq_len: int,
+                  global_batch_size: int, target_ratio: float, seed: int, rank: int = 0, world_size: int = 1) -> Loader:
+    """``build_loader`` over stores already open (``entrodrop.data.training_stores``)."""
+    stream = MixedPackedStream(target, target_entropy, general, seq_len, global_batch_size, target_ratio, seed,
+                               rank, world_size)
     target.check_tokens()  # after the stream's own checks, which read only the manifests
     return Loader(stream, restart_on_stop_iteration=False)

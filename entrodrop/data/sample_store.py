@@ -25,6 +25,8 @@ in a shard keeps the manifest. ``SampleStore.check_tokens`` reads a token store 
 every sample and names the shard file and first sample that differ from the table.
 """
 
+import hashlib
+import io
 import json
 import math
 import os
@@ -337,6 +339,12 @@ class SampleStoreWriter:
 # ---------------------------------------------------------------------------- reading
 
 
+def table_digest(raw: bytes) -> str:
+    """The first 16 hex digits of the sha256 of a store's ``samples.npy`` bytes: each sample's length
+    and token hash, so it tells two stores' token ids apart."""
+    return hashlib.sha256(raw).hexdigest()[:16]
+
+
 def _data_offset(path: Path, dtype: np.dtype) -> int:
     """Where the values start in a ``.npy`` shard file, after checking that they are ``dtype``."""
     with path.open("rb") as f:
@@ -384,7 +392,9 @@ class SampleStore:
         check_store_files(self.dir, self.manifest)
         self.kind = kind
         self.key = self.manifest["key"]
-        self.table = np.load(self.dir / SAMPLES)
+        raw = (self.dir / SAMPLES).read_bytes()
+        self.table = np.load(io.BytesIO(raw))
+        self.table_digest = table_digest(raw)  # part of the store's identity (entrodrop.data.store_identity)
         per_shard = self.manifest["samples_per_shard"]
         # Offset of each sample within its shard's flat array.
         lengths = self.table["length"].astype(np.int64)

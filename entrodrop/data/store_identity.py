@@ -12,7 +12,6 @@ stores. The identities go into each checkpoint; a resume compares them (``store_
 store that moved resumes and another store under the same path is refused.
 """
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
@@ -20,7 +19,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from omegaconf import OmegaConf
 
 from entrodrop.data.fingerprints import fingerprint_tokenizer, fingerprint_vocabulary
-from entrodrop.data.sample_store import MANIFEST, SAMPLES
+from entrodrop.data.sample_store import MANIFEST, SAMPLES, SampleStore, table_digest
 from entrodrop.errors import CacheMismatchError, ConfigError
 
 # The config keys of a training run's stores, token stores first; the tokenizer check reads these.
@@ -64,9 +63,19 @@ def store_identity(store_dir: Optional[str]) -> Optional[Dict[str, Any]]:
     if manifest is None:
         return None
     table = Path(store_dir) / SAMPLES
-    digest = hashlib.sha256(table.read_bytes()).hexdigest()[:16] if table.is_file() else None
+    return _identity(manifest, table_digest(table.read_bytes()) if table.is_file() else None)
+
+
+def _identity(manifest: Mapping[str, Any], digest: Optional[str]) -> Dict[str, Any]:
     return {"kind": manifest["kind"], "key": manifest["key"], "num_samples": manifest["num_samples"],
             "num_tokens": manifest.get("num_tokens"), "table": digest}
+
+
+def opened_identities(stores: Mapping[str, Optional[SampleStore]]) -> Dict[str, Dict[str, Any]]:
+    """``store_identities`` of stores already open, from what opening them read (no file read again)."""
+    return {key: {"path": str(store.dir.resolve()) if store else None,
+                  "identity": _identity(store.manifest, store.table_digest) if store else None}
+            for key, store in stores.items()}
 
 
 def store_identities(stores: Mapping[str, Optional[str]]) -> Dict[str, Dict[str, Any]]:
@@ -123,7 +132,12 @@ def check_training_stores(stores: Mapping[str, Optional[str]], tokenizer_cfg: Ma
         CacheMismatchError: a token store of another tokenizer (each named with both fingerprints).
         ConfigError: two of the token stores are one store.
     """
-    identities = store_identities(stores)
+    return check_identities(store_identities(stores), stores, tokenizer_cfg)
+
+
+def check_identities(identities: Dict[str, Any], stores: Mapping[str, Optional[str]],
+                     tokenizer_cfg: Mapping[str, Any]) -> Dict[str, Any]:
+    """``check_training_stores`` on ``identities`` already taken (``opened_identities``)."""
     problems = same_store_problems(identities, stores)
     if problems:
         raise ConfigError("\n".join(problems))

@@ -27,9 +27,9 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from entrodrop.data.loader import check_join
 from entrodrop.data.packing import IGNORE_INDEX, TARGET, block_causal_mask, pack_rows
 from entrodrop.data.sample_store import SampleStore
+from entrodrop.data.training_stores import checked_validation
 
 LOW_FRACTION, HIGH_FRACTION = 0.5, 0.25
 
@@ -88,10 +88,7 @@ def open_validation(tokens_dir: Optional[str], entropy_dir: Optional[str]) -> Op
     token files hold the ids they were written with (``SampleStore.check_tokens``)."""
     if not tokens_dir:
         return None
-    tokens, entropy = SampleStore(tokens_dir, "tokens"), SampleStore(entropy_dir, "entropy")
-    check_join(tokens, entropy)
-    tokens.check_tokens()
-    return tokens, entropy
+    return checked_validation(SampleStore(tokens_dir, "tokens"), SampleStore(entropy_dir, "entropy"))
 
 
 def validation_batches(tokens: SampleStore, entropy: SampleStore, buckets: Sequence[np.ndarray], seq_len: int,

@@ -185,19 +185,21 @@ def clear_earlier_run(cfg: DictConfig, found: List[str]) -> List[str]:
 
 
 def resume_run(cfg: DictConfig, config: Dict[str, Any], may_change: Sequence[str], added: Dict[str, Any],
-               removed: Sequence[str] = (), world_size: Optional[int] = None) -> Tuple[Dict[str, Any], Path]:
+               removed: Sequence[str] = (), world_size: Optional[int] = None,
+               identities: Optional[Dict[str, Any]] = None) -> Tuple[Dict[str, Any], Path]:
     """``resume_state`` for a training config (``resume: True``): its latest checkpoint's state
     and directory, once the config ``config`` (``plain(cfg)``) matches the checkpoint's but for
     ``may_change`` (keys ``added`` since take their values), and its step fits the budget
     (``num_training_steps``). ``removed`` is what ``remove_killed_saves`` removed first, named
     with the rest of the directory when there is no checkpoint to resume. ``world_size``: the
     processes of the distributed recipe resuming it, None for the single-device recipe; the
-    checkpoint must have been written by the same (``check_written_by``)."""
+    checkpoint must have been written by the same (``check_written_by``). ``identities``: the
+    stores' (``entrodrop.data.training_stores``), as the run opened them; None reads them here."""
     output_dir, checkpoints, log_dir = _run_dirs(cfg)
     found = earlier_run(checkpoints, log_dir or "", Path(output_dir) / "eval") + list(removed)
     num_steps = num_training_steps(cfg.total_tokens, cfg.global_batch_size, cfg.data.seq_len)
     state, resume_dir = resume_state(checkpoints, config, num_steps, may_change, found, added,
-                                     store_identities(training_stores(cfg)))
+                                     identities if identities is not None else store_identities(training_stores(cfg)))
     check_written_by(state, resume_dir, world_size)
     return state, resume_dir
 
@@ -528,11 +530,13 @@ class RunDir:
         self._keep_weights = cfg.keep_pruned_weights
         self._lock = None
 
-    def open(self) -> Tuple[Optional[Dict[str, Any]], Optional[Path]]:
+    def open(self, identities: Dict[str, Any]) -> Tuple[Optional[Dict[str, Any]], Optional[Path]]:
         """(recipe state, its checkpoint) to resume from, or (None, None) for a fresh run into
         folders that hold no earlier run (or whose earlier run was moved aside). The folders stay
         held until the process ends. What a killed save left (``remove_killed_saves``) is removed
-        before a resume reads the folder; a refused run touches nothing. Every rank raises the same error."""
+        before a resume reads the folder; a refused run touches nothing. Every rank raises the same
+        error. ``identities``: the run's stores (``entrodrop.data.training_stores``), which a resume
+        compares with its checkpoint's."""
         # Kept to the end: one live run per output, checkpoint and log folder (rank 0 holds them for all).
         self._lock = hold_run_dirs(self._cfg, self._rank, distributed=self._world_size is not None)
         if not self._cfg.resume:
@@ -544,7 +548,7 @@ class RunDir:
         removed = remove_killed_saves(str(self.checkpoint_dir)) if self._rank == 0 else []
         self._log(removed)
         self._barrier()  # a step_<N> restored from its .old is in place before any rank looks
-        return resume_run(self._cfg, self.config, self._may_change, self._added, removed, world_size=self._world_size)
+        return resume_run(self._cfg, self.config, self._may_change, self._added, removed, self._world_size, identities)
 
     def should_save(self, step: int, num_steps: int, epoch_ended: bool, evaluated: bool) -> bool:
         """Whether ``step`` is saved: every ``save_every_n_steps``, at each target-epoch end (``recipes/evaluate.py``

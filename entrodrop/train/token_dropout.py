@@ -52,21 +52,20 @@ class TokenDropoutState:
         neftune_alpha (float): NEFTune's alpha (the paper's baseline; 0: off).
         midpoint (Optional[MidpointWatch]): the ``midpoint: auto`` watch; None for a number.
         loss_fn: the training loss (``loss`` in the YAML).
-        entropy_cache (Optional[str]): with ``signal: loss``, the target entropy cache the live
-            signal starts from; None for ``signal: entropy``.
+        signal_from_loss (bool): ``signal: loss``: the gate ranks by the training loss, starting
+            from the target entropy cache (given to ``attach``).
         device (torch.device): where the model trains.
         distributed (bool): whether the batch's rows are shared over processes (``record_losses``
             then gathers every rank's losses, so all ranks keep the same signal).
     """
 
     def __init__(self, dropout: TokenDropoutPlan, neftune_alpha: float, midpoint: Optional[MidpointWatch], loss_fn,
-                 entropy_cache: Optional[str], device: torch.device, distributed: bool = False) -> None:
+                 signal_from_loss: bool, device: torch.device, distributed: bool = False) -> None:
         self.dropout, self._neftune_alpha, self._midpoint = dropout, neftune_alpha, midpoint
         self._loss_fn, self._device, self._distributed = loss_fn, device, distributed
         # signal: loss reads each token's loss from the same pass; a loss that cannot give it
         # (liger's fused kernel) fails here, before any data or model loads.
-        self._loss_and_tokens = loss_with_token_losses(loss_fn) if entropy_cache else None
-        self._entropy_cache = entropy_cache
+        self._loss_and_tokens = loss_with_token_losses(loss_fn) if signal_from_loss else None
         self._e_bar: Optional[torch.Tensor] = None
         self._hook: Optional[EmbeddingHook] = None
         self._entropy: Optional[SampleStore] = None
@@ -75,22 +74,24 @@ class TokenDropoutState:
 
     @classmethod
     def from_config(cls, cfg, loss_fn, seed: int, device: torch.device, distributed: bool = False) -> "TokenDropoutState":
-        """From a training config: ``token_dropout``, ``neftune_alpha`` and, for ``signal: loss``,
-        ``data.target_entropy``; masks drawn from ``seed``."""
+        """From a training config: ``token_dropout`` and ``neftune_alpha``;
+        masks drawn from ``seed``."""
         td = cfg.token_dropout
         return cls(TokenDropoutPlan.from_config(td, seed), cfg.neftune_alpha, MidpointWatch.from_config(td), loss_fn,
-                   cfg.data.target_entropy if td.signal == "loss" else None, device, distributed)
+                   td.signal == "loss", device, distributed)
 
-    def attach(self, model: nn.Module, embedding_weight: Optional[torch.Tensor]) -> None:
+    def attach(self, model: nn.Module, embedding_weight: Optional[torch.Tensor],
+               target_entropy: Optional[SampleStore] = None) -> None:
         """Enter ``model`` by a hook on its token embedding, with e_bar the mean of
         ``embedding_weight``, the base model's; None for a resumed run, whose ``load_state_dict``
         brings the e_bar saved with it (never recomputed from trained weights). With ``signal:
-        loss``, the live signal store starts from the (already checked) target entropy cache."""
+        loss``, the live signal starts from ``target_entropy``, the target entropy cache, open and
+        checked (``entrodrop.data.training_stores``)."""
         if embedding_weight is not None:
             self._e_bar = mean_embedding(embedding_weight).to(self._device)
         self._hook = EmbeddingHook(model.tok_embeddings)
-        if self._entropy_cache:
-            self._entropy = SampleStore(self._entropy_cache, "entropy")
+        if self._loss_and_tokens is not None:
+            self._entropy = target_entropy
             self._signal = LossSignal(self._entropy, self._device)
 
     def loss_and_token_losses(self, output, labels: torch.Tensor) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:

@@ -6,7 +6,7 @@ import pytest
 from conftest import REPO
 
 from entrodrop.data.entropy_cache import check_cache_model, kept_shards
-from entrodrop.data.sample_store import SampleStoreWriter, sample_table, write_store
+from entrodrop.data.sample_store import SampleStore, SampleStoreWriter, sample_table, write_store
 from entrodrop.errors import CacheMismatchError
 
 
@@ -25,12 +25,12 @@ def test_ctrl_c_says_how_many_shards_of_the_cache_are_kept(tmp_path):
 
 
 def test_a_token_store_given_as_an_entropy_cache_is_named_a_token_store(tmp_path):
-    """A token store's key names no model: the error says what was given, not "another model (fingerprint None)"."""
+    """A token store's key names no model: the error says what was given, not "another model (fingerprint None)".
+    Training opens each cache as an entropy cache before it compares models (``open_training_stores``)."""
     tokens = [np.arange(5, dtype=np.int32), np.arange(3, dtype=np.int32)]
     key = {"model": None, "tokenizer": "t", "corpus": "c", "max_seq_len": 8}
     write_store(str(tmp_path / "target"), "tokens", key, tokens, sample_table(tokens), 4)
     with pytest.raises(CacheMismatchError) as error:
-        check_cache_model(str(REPO / "assets/tiny/qwen3"), str(tmp_path / "target"))
-    assert str(error.value) == (f"{tmp_path / 'target'} is a token store (written by recipes/tokenize_corpus.py), not "
-                                "an entropy cache: give the cache_dir that recipes/precompute_entropy.py wrote for its "
-                                "token store, or run that recipe to compute one")
+        check_cache_model(str(REPO / "assets/tiny/qwen3"), SampleStore(str(tmp_path / "target"), "entropy"))
+    assert str(error.value) == (f"{tmp_path / 'target'} holds the token store that recipes/tokenize_corpus.py writes; "
+                                "give the entropy cache that recipes/precompute_entropy.py wrote")

@@ -21,7 +21,10 @@ from omegaconf import OmegaConf
 from safetensors.torch import load_file, save_file
 
 from entrodrop.config import cli, schemas
+from entrodrop.data import store_identity
 from entrodrop.data.entropy_cache import check_cache_model
+from entrodrop.data.sample_store import SampleStore
+from entrodrop.data.training_stores import open_training_stores, training_data
 from entrodrop.errors import CacheMismatchError, ConfigError, OutputDirError
 from entrodrop.launch import tune_run as launch_hook
 from entrodrop.train.run_lock import LOCK_NAME, hold_run_dir
@@ -197,9 +200,10 @@ def scaled_checkpoint(tiny_assets, out: Path) -> Path:
 def test_an_entropy_cache_of_another_model_is_refused_at_training_start_up(data, tiny_assets, tune_run, tmp_path):
     overrides = dict(arg.split("=", 1) for arg in data)
     other = scaled_checkpoint(tiny_assets, tmp_path / "other")
-    check_cache_model(str(tiny_assets / "qwen3"), overrides["data.target_entropy"], None)  # its own model: fine
+    cache = SampleStore(overrides["data.target_entropy"], "entropy")
+    check_cache_model(str(tiny_assets / "qwen3"), cache, None)  # its own model: fine
     with pytest.raises(CacheMismatchError) as error:
-        check_cache_model(str(other), overrides["data.target_entropy"])
+        check_cache_model(str(other), cache)
     message = str(error.value)
     assert len(message.splitlines()) == 1 and message.count("fingerprint ") == 2
     assert "re-run recipes/precompute_entropy.py" in message
@@ -222,21 +226,20 @@ def test_an_entropy_cache_of_another_model_is_refused_at_training_start_up(data,
 
 
 def setup_data(data: list, tmp_path: Path, *overrides: str):
-    """The single-device recipe's ``_setup_data``, in this process, on the tiny config with ``data``
-    and ``overrides`` (the distributed recipe's is the same lines)."""
-    from recipes.entrodrop_single_device import EntroDropRecipeSingleDevice
-
+    """What the training recipes do with their stores at set-up (``open_training_stores``, then
+    ``training_data`` in ``_setup_data``), in this process, on the tiny config with ``data`` and
+    ``overrides``; the stores opened."""
     cfg = OmegaConf.merge(OmegaConf.load(REPO / TRAIN[2]),
                           OmegaConf.from_dotlist([*data, f"output_dir={tmp_path / 'run'}", NO_TASKS, *overrides]))
-    recipe = EntroDropRecipeSingleDevice(cfg)
-    recipe._setup_data(cfg)
-    return recipe
+    opened = open_training_stores(cfg)
+    training_data(opened, cfg, seed=0)
+    return opened
 
 
 def test_training_refuses_a_store_of_another_tokenizer_one_store_given_twice_and_a_cache_of_no_entropies(
         data, tmp_path):
     overrides = dict(arg.split("=", 1) for arg in data)
-    assert set(setup_data(data, tmp_path)._stores) == {
+    assert set(setup_data(data, tmp_path).identities) == {
         "data.target_tokens", "data.general_tokens", "evaluation.validation.target_tokens", "data.target_entropy",
         "evaluation.validation.target_entropy"}
     # The target store as the general replay, or as the validation store.
@@ -276,3 +279,33 @@ def test_training_refuses_a_store_of_another_tokenizer_one_store_given_twice_and
     with pytest.raises(CacheMismatchError) as error:
         recipe_main.__wrapped__(verify)
     assert said[1].strip() in str(error.value) and f"Fix: delete {shard.parent} and re-run" in str(error.value)
+
+
+def test_training_start_up_opens_each_store_once_fresh_and_resumed(data, tmp_path, monkeypatch):
+    # The stream, the validation, the loss signal, the cache checks and the resume check all read
+    # the stores the recipe opened at set-up: each is opened once (with signal: loss, which reads
+    # the target cache too), and no store is read back by its path for its identity.
+    from recipes.entrodrop_single_device import EntroDropRecipeSingleDevice
+
+    opened, identities_read = [], []
+    original = SampleStore.__init__
+
+    def counted(self, store_dir, kind):
+        opened.append(str(Path(store_dir).resolve()))
+        original(self, store_dir, kind)
+
+    monkeypatch.setattr(SampleStore, "__init__", counted)
+    monkeypatch.setattr(store_identity, "store_identity", lambda path: identities_read.append(path))
+    cfg = OmegaConf.merge(OmegaConf.load(REPO / TRAIN[2]), OmegaConf.from_dotlist(
+        [*data, f"output_dir={tmp_path / 'run'}", NO_TASKS, "token_dropout.signal=loss"]))
+    stores = {str(Path(arg.split("=", 1)[1]).resolve()) for arg in data if "_tokens=" in arg or "_entropy=" in arg}
+    for resume in (False, True):
+        cfg.resume = resume
+        opened.clear()
+        recipe = EntroDropRecipeSingleDevice(cfg)
+        assert recipe.setup(cfg)
+        if not resume:
+            recipe.save_checkpoint(0.0)
+        recipe.cleanup()
+        assert len(stores) == 5 and sorted(opened) == sorted(stores), (resume, opened)
+    assert identities_read == []

@@ -597,10 +597,10 @@ def test_a_run_dir_opened_by_n_processes_waits_for_every_rank_and_lets_rank_0_al
     make_checkpoints(tmp_path / "run" / "checkpoints", [4])
     events = []
     rank_1 = RunDir(cfg, [], {}, rank=1, world_size=2, barrier=lambda: events.append("barrier"))
-    assert rank_1.open() == (None, None) and events == ["barrier", "barrier"]
+    assert rank_1.open({}) == (None, None) and events == ["barrier", "barrier"]
     assert (tmp_path / "run" / "checkpoints" / "step_4").is_dir()  # rank 1 looked and moved nothing
     rank_0 = RunDir(cfg, [], {}, rank=0, world_size=2, barrier=lambda: events.append("barrier"))
-    assert rank_0.open() == (None, None)
+    assert rank_0.open({}) == (None, None)
     assert not (tmp_path / "run" / "checkpoints").exists() and list(tmp_path.glob("run.replaced-*"))
     assert [rank_0.should_save(step, 10, False, False) for step in (3, 4, 8, 10)] == [False, True, True, True]
     assert rank_0.should_save(5, 10, True, False) and rank_0.should_save(5, 10, False, True)
