@@ -9,7 +9,7 @@ set, in a fresh process; the clock stops when the run's DiskLogger writes its ``
 (written and flushed right after the first optimizer step), and the run is then stopped. The
 floor is `python -c "import torchtune"`, which `tune` pays before it reads the config.
 
-``--repo`` runs the recipe of another checkout (a `git worktree` of an older commit, sharing
+``--repo`` runs the recipe and the library of another checkout (a `git worktree` of an older commit, sharing
 this environment and ``assets/``), so a change is timed beside the code before it; the token
 stores and entropy caches are built once, by this checkout (``entrodrop.experiments.tiny_data``),
 in a temporary directory (or ``--data``, kept for the next time). The first run of a checkout
@@ -43,7 +43,9 @@ def first_step_seconds(repo: Path, overrides: list, output_dir: Path, timeout: f
     start = time.perf_counter()
     # A session of its own, so the whole process group (tune and what it starts) is stopped after.
     with open(stderr, "w") as err:
-        process = subprocess.Popen([str(TUNE), *TRAIN, f"output_dir={output_dir}", *overrides], cwd=repo, env=ENV,
+        # PYTHONPATH: the checkout's own library, not the one this environment installed (editable, this checkout).
+        process = subprocess.Popen([str(TUNE), *TRAIN, f"output_dir={output_dir}", *overrides], cwd=repo,
+                                   env={**ENV, "PYTHONPATH": str(repo)},
                                    stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
     try:
         while time.perf_counter() - start < timeout:
