@@ -50,8 +50,6 @@ from entrodrop.errors import ConfigError, DiskFullError, EntroDropError, disk_fu
 from entrodrop.launch.tune_run import INTERRUPTED, INTERRUPTED_EXIT, debugging, exit_reported
 from entrodrop.launch.workers import end_with_launcher
 
-# How long a rank other than 0 waits to be stopped before it prints its own error.
-
 
 def emptied(cfg: DictConfig, overrides: List[str]) -> DictConfig:
     """``cfg`` with every ``key={}`` of ``overrides`` set to an empty mapping (not merged)."""
