@@ -45,7 +45,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from entrodrop.tasks import code_settings, code_tasks, livecodebench
-from entrodrop.tasks.replies import agreement_table, documents, load, project_verdicts
+from entrodrop.tasks.graded_replies import agreement_table, documents, load, project_verdicts
 
 REPO = Path(__file__).resolve().parent.parent
 
