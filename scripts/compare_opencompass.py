@@ -44,11 +44,10 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from entrodrop.tasks import code_settings, code_tasks, livecodebench
+from entrodrop.tasks.graded_replies import agreement_table, documents, load, project_verdicts
 
-from entrodrop.tasks import code_settings, code_tasks, livecodebench  # noqa: E402
-from entrodrop.tasks.replies import agreement_table, documents, load, project_verdicts  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 OPENCOMPASS_VERSION = "0.5.4"
 INSTALL = "make compare-install"

@@ -13,15 +13,13 @@ goes: offline, read the cached copy with ``streaming: False`` (memory-mapped, no
 """
 
 import argparse
-import sys
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from entrodrop.data.sources import LOCAL_BUILDERS, describe_source
 
-from entrodrop.data.sources import LOCAL_BUILDERS, describe_source  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 
 def fetch(config: Path) -> None:

@@ -7,14 +7,14 @@ output (logs.tar.gz): three files, as a device call brings back at most eight.
     python scripts/gpu_check.py [--out DIR] [--stages kernels,bench_gpu] [--cap-scale 1.5]
 
 Stages, in order, with their caps (seconds; 500 in all, so the check with its set-up fits 9
-minutes; the caps are what one H200 needed on 2026-11-27, with a margin):
+minutes; the caps are what one H200 needed, with a margin: docs/performance.md, "Measured by
+the GPU check"):
 
     kernels     pytest -m gpu -n 0 tests/test_gpu_kernels.py, each test's time as it ends      90
     recipes     pytest -m gpu -n 0 tests/recipes/test_gpu_recipes.py (tune run on the GPU)     300
     generate    benchmarks/bench_generate.py --device cuda --quick: batches 32 and 128         110
 
-and, only when named in ``--stages`` (measured on 2026-11-26 and 2026-11-27; with them the check
-would pass 9 minutes):
+and, only when named in ``--stages`` (with them the check would pass 9 minutes):
 
     bench_gpu   benchmarks/bench_gpu.py --quick: precompute, training off/static/loss         180
     loss        benchmarks/bench_loss.py --device cuda at 8,192 tokens                          75

@@ -9,21 +9,24 @@ Tests marked ``gpu`` check the CUDA paths (``make test-gpu`` runs them alone); w
 they are skipped. ``GPU_TESTS_ON_CPU=1`` runs them on the CPU instead, with the checks that only
 CUDA has (liger-kernel, flex attention, peak memory, nccl) skipped: a check of the tests
 themselves for a machine without a GPU, never of a GPU.
+
+What more than one test folder uses is here; a helper one folder alone uses is in that folder's
+own module (``tests/recipes/recipe_helpers.py``, ``tests/sandbox/sandbox_helpers.py``), named
+apart from every other: pytest puts each test file's folder on ``sys.path``, so the tests import
+it by name. That folder's fixtures stay here (the sandbox's ``sandbox`` and
+``configure_code_tasks``): a ``conftest.py`` in a sub-folder would take this one's place in
+``sys.modules``, and every ``from conftest import`` of a test collected after it would import it.
 """
 
-import contextlib
 import fcntl
 import importlib.util
 import json
 import os
 import pickle
-import re
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
-from typing import Callable, Iterator, List
+from typing import Callable, List
 
 import pytest
 
@@ -35,7 +38,7 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
 
 import torch  # noqa: E402
 
-from entrodrop.sandbox.code_runner import Harness, Limits, Run, passed, same_stdout, sandbox_in_use
+from entrodrop.sandbox.code_runner import sandbox_in_use
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "assets" / "tiny"
@@ -100,39 +103,6 @@ def cuda_only(device: torch.device, what: str) -> None:
         pytest.skip(f"{what} needs CUDA (GPU_TESTS_ON_CPU=1 runs the rest of the GPU tests on the CPU)")
 
 
-# ------------------------------------------------------------------ the training recipes' tests
-
-SINGLE = "configs/tiny/qwen3_entrodrop_single_device.yaml"
-DISTRIBUTED = "configs/tiny/qwen3_entrodrop_distributed.yaml"
-# Most tests train without evaluating; evaluation has tests of its own.
-NO_EVAL = ["evaluation.validation.target_tokens=null", "evaluation.lm_eval.tasks.code=[]"]
-CHUNKED_CE = ["loss._component_=torchtune.modules.loss.CEWithChunkedOutputLoss", "loss.num_output_chunks=2",
-              "~loss.chunk_size", "~loss.impl"]
-
-
-def train_args(config: str, data: list, out: Path, *overrides: str) -> list:
-    """The ``tune run`` arguments that train ``config`` (SINGLE or DISTRIBUTED) on ``data`` into ``out``."""
-    return ["recipes/" + Path(config).stem.split("qwen3_")[1] + ".py", "--config", config,
-            f"output_dir={out}", *data, *overrides]
-
-
-def run_ok(tune_run, *args, nproc=1):
-    """``tune_run(*args)``, which must exit 0 (else its stderr's end is the failure)."""
-    result = tune_run(*args, nproc=nproc)
-    assert result.returncode == 0, result.stderr[-4000:]
-    return result
-
-
-def logged(out: Path) -> dict:
-    """step -> the metrics it logged (training and evaluation lines merged; a later line wins)."""
-    steps = {}
-    for log in sorted((out / "logs").glob("log_*.txt")):
-        for line in log.read_text().splitlines():
-            step, rest = re.match(r"Step (\d+) \| (.*)", line).groups()
-            steps.setdefault(int(step), {}).update(item.split(":", 1) for item in rest.split())
-    return steps
-
-
 # ------------------------------------------------------------------ the sandbox's tests
 
 def usable_sandbox(layer: str) -> str:
@@ -146,20 +116,6 @@ def usable_sandbox(layer: str) -> str:
 def sandbox(request) -> str:
     """Each layer a sandbox test runs under: bubblewrap (where it runs here), then the own layer."""
     return usable_sandbox(request.param)
-
-
-# A hostile program's opening: ``attempt(fn)`` is "reached" if ``fn`` ran, "refused" if it raised OSError.
-ATTEMPT = """
-import os, signal, socket, sys
-def attempt(fn):
-    try:
-        fn()
-        return "reached"
-    except OSError:
-        return "refused"
-"""
-# A correct program, run after a hostile one to show the evaluation goes on.
-GOOD = {"kind": "stdin", "code": "a, b = map(int, input().split())\nprint(a + b)", "inputs": ["2 3\n"]}
 
 
 @pytest.fixture
@@ -197,40 +153,6 @@ def code_task_settings():
     before = code_settings.sandbox_settings()
     yield lambda **fields: code_settings.use_sandbox(replace(before, **fields))
     code_settings.use_sandbox(before)
-
-
-def good_passes(result: Run) -> bool:
-    return passed(result, ["5\n"], same_stdout)
-
-
-def loaded(pid: int) -> bool:
-    """Process ``pid`` is a candidate that has loaded its program (the load sets its CPU limit);
-    False for any other, or once it has ended."""
-    try:
-        with open(f"/proc/{pid}/limits") as f:
-            return "Max cpu time              unlimited" not in f.read()
-    except OSError:
-        return False
-
-
-@contextlib.contextmanager
-def candidate_running(job: dict, limits: Limits) -> Iterator[Harness]:
-    """A harness running ``job`` in a thread, yielded once its candidate has loaded the program,
-    and killed after (which ends the run, and the candidate with it)."""
-    harness = Harness(sandbox_in_use(limits.sandbox))
-    thread = threading.Thread(target=harness.run, args=(job, limits, False))
-    thread.start()
-    try:
-        for _ in range(1500):  # polls /proc for the load, 30 s at most
-            if any(loaded(pid) for pid in descendants(harness.process.pid)):
-                break
-            time.sleep(0.02)
-        else:
-            raise AssertionError("no candidate loaded its program")
-        yield harness
-    finally:
-        harness.process.kill()
-        thread.join()
 
 
 # ------------------------------------------------------------------ the report's tests

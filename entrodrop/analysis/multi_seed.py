@@ -235,8 +235,8 @@ MIN_HIGH_RISE = 0.1  # nats: the high-entropy bucket's loss rebounds at least th
 MAX_LOW_SHARE = 1 / 3  # the low-entropy bucket rises at most a third as much as the high one
 # The premise itself (section 2: the low-entropy tokens are "already accurately modeled", their loss
 # "quickly drops and remains near zero"): the base model's mean entropy of the held-out low half, and
-# the baseline's lowest low-bucket loss, at most this many nats. Set 2026-11-28, before any run of the
-# regime it chose (docs/reproduction.md).
+# the baseline's lowest low-bucket loss, at most this many nats; fixed before any run of the regime it
+# chose (docs/reproduction.md, "A fourth criterion, fixed before any run of it").
 MAX_LOW_NATS = 0.1
 
 

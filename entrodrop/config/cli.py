@@ -18,7 +18,7 @@ changes:
   same command goes on. ``ENTRODROP_DEBUG=1`` shows the traceback.
   Any other exception is a bug and keeps its traceback.
 - Ctrl-C prints one line, from rank 0, in place of the ``KeyboardInterrupt`` traceback: what the
-  run kept and how to go on, as the recipe says (``parse(kept=...)``), and exits with status 130
+  run kept and how to go on, as the recipe says (``parse(how_to_go_on=...)``), and exits with status 130
   (``entrodrop.launch.tune_run`` does the same around the recipe's main: torchrun's launcher, the
   imports).
 
@@ -50,8 +50,6 @@ from entrodrop.errors import ConfigError, DiskFullError, EntroDropError, disk_fu
 from entrodrop.launch.tune_run import INTERRUPTED, INTERRUPTED_EXIT, debugging, exit_reported
 from entrodrop.launch.workers import end_with_launcher
 
-# How long a rank other than 0 waits to be stopped before it prints its own error.
-
 
 def emptied(cfg: DictConfig, overrides: List[str]) -> DictConfig:
     """``cfg`` with every ``key={}`` of ``overrides`` set to an empty mapping (not merged)."""
@@ -62,20 +60,20 @@ def emptied(cfg: DictConfig, overrides: List[str]) -> DictConfig:
     return cfg
 
 
-def _said(kept: Callable[[], Optional[str]]) -> Optional[str]:
-    """``kept()``, what a stopped run kept and how to go on, read from the disk as the run stopped;
+def _said(how_to_go_on: Callable[[], Optional[str]]) -> Optional[str]:
+    """``how_to_go_on()``, what a stopped run kept and how to go on, read from the disk as the run stopped;
     None where it fails (stopped before the config was checked, so a key it reads may be missing),
     as a traceback here would hide the line."""
     try:
-        return kept()
+        return how_to_go_on()
     except Exception:
         return None
 
 
-def interrupted(kept: Callable[[], Optional[str]]) -> str:
-    """The line printed when Ctrl-C stops a run: ``kept()``, what the run kept and how to go on,
-    where it says."""
-    said = _said(kept)
+def interrupted(how_to_go_on: Callable[[], Optional[str]]) -> str:
+    """The line printed when Ctrl-C stops a run: ``how_to_go_on()``, what the run kept and how to
+    go on, where it says."""
+    said = _said(how_to_go_on)
     return f"{INTERRUPTED}: {said}" if said else INTERRUPTED
 
 
@@ -86,17 +84,17 @@ def _close_progress_bars() -> None:
         bar.close()
 
 
-def full_disk_line(error: OSError, kept: Callable[[], Optional[str]]) -> str:
+def full_disk_line(error: OSError, how_to_go_on: Callable[[], Optional[str]]) -> str:
     """The line for a write the device refused for want of room (``disk_full``): the path being
     written (a ``DiskFullError``'s, else the ``OSError``'s own, where it has one), the room left
-    there, and how the same command goes on from what was written, as ``kept()`` says for Ctrl-C
+    there, and how the same command goes on from what was written, as ``how_to_go_on()`` says for Ctrl-C
     (every store and checkpoint is written whole or not at all, so what is there is sound)."""
     where = error if isinstance(error, DiskFullError) else DiskFullError(error.errno, error.strerror, error.filename)
-    return f"{where}: free some space; {_said(kept) or 'then run the same command again'}"
+    return f"{where}: free some space; {_said(how_to_go_on) or 'then run the same command again'}"
 
 
 @contextmanager
-def reported(kept: Callable[[], Optional[str]] = lambda: None) -> Iterator[None]:
+def reported(how_to_go_on: Callable[[], Optional[str]] = lambda: None) -> Iterator[None]:
     """Turn an ``EntroDropError`` into its message on stderr (rank 0 only) and exit status 1, so too a
     full disk (``full_disk_line``), and Ctrl-C into one line (``interrupted``, rank 0 only) and exit status 130."""
     try:
@@ -109,7 +107,7 @@ def reported(kept: Callable[[], Optional[str]] = lambda: None) -> Iterator[None]
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         _close_progress_bars()
         if int(os.environ.get("RANK", "0")) == 0:
-            print(interrupted(kept), file=sys.stderr, flush=True)
+            print(interrupted(how_to_go_on), file=sys.stderr, flush=True)
         sys.exit(INTERRUPTED_EXIT)
     except (EntroDropError, OSError) as error:
         full = isinstance(error, DiskFullError) or disk_full(error)
@@ -117,7 +115,7 @@ def reported(kept: Callable[[], Optional[str]] = lambda: None) -> Iterator[None]
             raise
         if full:
             _close_progress_bars()  # a bar left open draws itself again below the line, as for Ctrl-C
-            error = full_disk_line(error, kept)
+            error = full_disk_line(error, how_to_go_on)
         exit_reported(str(error))
 
 
@@ -209,11 +207,14 @@ def read_config(parser: TuneRecipeArgumentParser) -> DictConfig:
 
 
 def parse(recipe_main: Optional[Callable[[DictConfig], Any]] = None, *,
+          how_to_go_on: Optional[Callable[[DictConfig], str]] = None,
           kept: Optional[Callable[[DictConfig], str]] = None) -> Callable[[], Any]:
     """torchtune's ``config.parse``, with ``key={}`` as an empty mapping and errors as messages.
-    ``@parse(kept=f)``: on Ctrl-C, ``f(cfg)`` says what the run kept and how to go on."""
+    ``@parse(how_to_go_on=f)``: on Ctrl-C or a full disk, ``f(cfg)`` says what the run kept and how
+    to go on. ``kept`` is its former name, accepted until the recipes use the new one."""
+    how_to_go_on = how_to_go_on or kept
     if recipe_main is None:
-        return functools.partial(parse, kept=kept)
+        return functools.partial(parse, how_to_go_on=how_to_go_on)
 
     @functools.wraps(recipe_main)
     def wrapper() -> Any:
@@ -221,7 +222,7 @@ def parse(recipe_main: Optional[Callable[[DictConfig], Any]] = None, *,
         parser = TuneRecipeArgumentParser(description=recipe_main.__doc__,
                                           formatter_class=argparse.RawDescriptionHelpFormatter)
         cfg = None
-        with reported(lambda: kept(cfg) if kept and cfg is not None else None):
+        with reported(lambda: how_to_go_on(cfg) if how_to_go_on and cfg is not None else None):
             cfg = read_config(parser)
             return recipe_main(cfg)
 

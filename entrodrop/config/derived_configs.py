@@ -261,11 +261,10 @@ sets midpoint to the epoch where the baseline's validation loss stops falling, a
 (for its signal: loss run too), and, in its last run, to auto.""",
     "loss": None,
     "evaluation.lm_eval.tasks": """\
-No task: the validation loss above is the CPU demo's one score (docs/demo.md). The score the
-target data can improve is the held-out target text, which the validation loss already
-scores; as an lm-eval task (per character, whole blocks) it ranked the runs of the earlier
-demo (tomllib code, 2026-11-25) as the validation loss did, at 0.9 s an evaluation (lm-eval
-collects the environment at every call), here 60 a run. To score it anyway:
+No task: the validation loss above is the CPU demo's one score. The score the target data can
+improve is the held-out target text, which the validation loss already scores; as an lm-eval
+task (per character, whole blocks) it scores that text again, at a cost every evaluation
+(docs/demo.md, "Why the CPU demo scores no lm-eval task"). To score it anyway:
 evaluation.lm_eval.tasks.target=[demo_target_held_out]""",
     "evaluation.lm_eval.limit": "null: every document (the held-out task has 22 blocks).",
     "keep_last_n_checkpoints": "Keep the newest N checkpoints and the best one (by target_group, else by validation loss);\n"

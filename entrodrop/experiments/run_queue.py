@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 # glibc returns a freed block above its mmap threshold to the kernel at once, and the next step's
-# allocation of it faults fresh, zeroed pages back in: a demo run of 320 steps took 2.4 million page
-# faults and 9 s of system time in its 132 s. Kept in the heap instead, the same run took 0.17
-# million and 1.9 s, 120 s in all (2026-11-27, this 2-core CPU, two runs side by side), with the same
-# losses bit for bit: only where memory comes from changes.
+# allocation of it faults fresh, zeroed pages back in, millions of page faults a demo run. Kept in
+# the heap instead, a run spends a fraction of the system time and about a tenth less in all, with
+# the same losses bit for bit: only where memory comes from changes (docs/performance.md, "The
+# reproduction's runs, and why not faster").
 RUN_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
 # The GPU memory one run of a tiny model is given when choosing how many share a GPU: its CUDA
 # context (about 0.5 GiB) and its tensors, with room to spare. An estimate, not a measurement.

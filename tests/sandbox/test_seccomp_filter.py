@@ -13,7 +13,8 @@ import socket
 import tempfile
 
 import pytest
-from conftest import ATTEMPT, GOOD, candidate_running, descendants, good_passes, loaded, usable_sandbox
+from conftest import descendants, usable_sandbox
+from sandbox_helpers import ATTEMPT, GOOD, candidate_running, good_passes, loaded
 
 from entrodrop.sandbox import sandbox_child as child
 from entrodrop.sandbox.code_runner import Harness, Limits

