@@ -316,7 +316,7 @@ class EntroDropRecipeDistributed:
         dist.destroy_process_group()
 
 
-@cli.parse(kept=RunDir.kept)  # what Ctrl-C leaves
+@cli.parse(how_to_go_on=RunDir.how_to_go_on)  # what Ctrl-C leaves
 def recipe_main(cfg: DictConfig) -> None:
     recipe = EntroDropRecipeDistributed(cfg)
     if recipe.setup(cfg):  # False: a resumed run that is already complete

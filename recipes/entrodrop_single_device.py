@@ -280,7 +280,7 @@ class EntroDropRecipeSingleDevice:
             self._metric_logger.close()
 
 
-@cli.parse(kept=RunDir.kept)  # what Ctrl-C leaves
+@cli.parse(how_to_go_on=RunDir.how_to_go_on)  # what Ctrl-C leaves
 def recipe_main(cfg: DictConfig) -> None:
     recipe = EntroDropRecipeSingleDevice(cfg)
     if recipe.setup(cfg):  # False: a resumed run that is already complete

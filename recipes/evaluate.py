@@ -35,8 +35,7 @@ from torchtune import config, training, utils
 from entrodrop import devices
 from entrodrop.config import cli, schemas
 from entrodrop.errors import CheckpointError, raise_problems
-from entrodrop.eval.evaluator import Evaluator
-from entrodrop.eval.offline import (
+from entrodrop.eval.checkpoint_scoring import (
     check_validation_stores,
     checkpoint_progress,
     checkpoints_to_score,
@@ -44,6 +43,7 @@ from entrodrop.eval.offline import (
     hf_lm,
     log_task_sizes,
 )
+from entrodrop.eval.evaluator import Evaluator
 from entrodrop.eval.records import record_evaluation, task_scoring
 from entrodrop.eval.task_checks import allow_code, task_index
 from entrodrop.eval.validation import open_validation

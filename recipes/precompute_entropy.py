@@ -140,7 +140,7 @@ class PrecomputeEntropyRecipe:
             dist.destroy_process_group()
 
 
-@cli.parse(kept=lambda cfg: kept_shards(cfg.cache_dir))  # what Ctrl-C leaves
+@cli.parse(how_to_go_on=lambda cfg: kept_shards(cfg.cache_dir))  # what Ctrl-C leaves
 def recipe_main(cfg: DictConfig) -> None:
     recipe = PrecomputeEntropyRecipe(cfg)
     try:

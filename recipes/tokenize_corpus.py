@@ -35,7 +35,7 @@ from entrodrop.errors import CorpusError, SourceError
 log = utils.get_logger("INFO")
 
 
-@cli.parse(kept=lambda cfg: kept_stores(cfg.corpora))  # what Ctrl-C leaves
+@cli.parse(how_to_go_on=lambda cfg: kept_stores(cfg.corpora))  # what Ctrl-C leaves
 def recipe_main(cfg: DictConfig) -> None:
     schemas.check(cfg, schemas.TOKENIZE, schemas.TOKENIZE_RULES, "tokenize")
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1

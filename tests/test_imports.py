@@ -2,6 +2,7 @@ import ast
 import graphlib
 import importlib
 import pkgutil
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -63,3 +64,12 @@ def test_no_folder_of_the_library_imports_one_that_imports_it_back():
     assert "storage" in edges["models"] and "models" in edges["data"]  # the walk sees the imports
     order = list(graphlib.TopologicalSorter(edges).static_order())  # raises CycleError on a circle
     assert order.index("errors") < order.index("models") < order.index("data") < order.index("method") < order.index("train")
+
+
+def test_the_readmes_layout_table_names_every_module_of_the_library():
+    root = Path(entrodrop.__file__).parent
+    readme = (root.parent / "README.md").read_text()
+    table = readme[readme.index("## Layout"):].split("\n## ")[0]
+    modules = [p for p in root.rglob("*.py") if p.name != "__init__.py"]
+    assert len(modules) > 60 and [
+        str(p.relative_to(root)) for p in modules if not re.search(rf"[`/]{re.escape(p.name)}`", table)] == []

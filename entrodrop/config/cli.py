@@ -207,12 +207,10 @@ def read_config(parser: TuneRecipeArgumentParser) -> DictConfig:
 
 
 def parse(recipe_main: Optional[Callable[[DictConfig], Any]] = None, *,
-          how_to_go_on: Optional[Callable[[DictConfig], str]] = None,
-          kept: Optional[Callable[[DictConfig], str]] = None) -> Callable[[], Any]:
+          how_to_go_on: Optional[Callable[[DictConfig], str]] = None) -> Callable[[], Any]:
     """torchtune's ``config.parse``, with ``key={}`` as an empty mapping and errors as messages.
     ``@parse(how_to_go_on=f)``: on Ctrl-C or a full disk, ``f(cfg)`` says what the run kept and how
-    to go on. ``kept`` is its former name, accepted until the recipes use the new one."""
-    how_to_go_on = how_to_go_on or kept
+    to go on."""
     if recipe_main is None:
         return functools.partial(parse, how_to_go_on=how_to_go_on)
 

@@ -6,7 +6,7 @@ some checkpoints, keep others, and append to the evaluations, so ``earlier_run``
 is there and the recipes refuse to start over it unless told to resume or to move it aside
 (``move_aside``). ``prune_checkpoints`` keeps the disk bounded: the newest N checkpoints and
 the best one, and optionally the weights of the others, for an offline evaluation
-(``recipes/evaluate.py``; ``entrodrop.eval.offline.scorable_checkpoints`` lists them) to score.
+(``recipes/evaluate.py``; ``entrodrop.eval.checkpoint_scoring.scorable_checkpoints`` lists them) to score.
 ``remove_killed_saves`` clears what a save or a prune killed part way left, before a run goes
 on in the directory.
 """
@@ -571,8 +571,8 @@ class RunDir:
                                            self._keep_weights))
 
     @staticmethod
-    def kept(cfg: DictConfig) -> str:
-        """What a run stopped by Ctrl-C keeps (``kept_checkpoint``), for ``cli.parse``."""
+    def how_to_go_on(cfg: DictConfig) -> str:
+        """What a run stopped by Ctrl-C keeps and how to go on (``kept_checkpoint``), for ``cli.parse``."""
         return kept_checkpoint(cfg)
 
     def _log(self, lines: Sequence[str]) -> None:

@@ -152,14 +152,13 @@ def test_ctrl_c_prints_one_line_of_what_was_kept_and_exits_with_130(capsys, monk
         interrupt(lambda: "kept")
 
 
-@pytest.mark.parametrize("keyword", ["how_to_go_on", "kept"])  # kept: the former name, until the recipes move
-def test_a_recipe_says_from_its_config_what_ctrl_c_kept(tmp_path, monkeypatch, capsys, sigint_handler_restored, keyword):
+def test_a_recipe_says_from_its_config_what_ctrl_c_kept(tmp_path, monkeypatch, capsys, sigint_handler_restored):
     monkeypatch.delenv(launch_hook.DEBUG_ENV, raising=False)
     monkeypatch.delenv("RANK", raising=False)
     (tmp_path / "c.yaml").write_text("cache_dir: out/entropy\n")
     monkeypatch.setattr("sys.argv", ["recipe", "--config", str(tmp_path / "c.yaml")])
 
-    @cli.parse(**{keyword: lambda cfg: f"the shards in {cfg.cache_dir} are kept"})
+    @cli.parse(how_to_go_on=lambda cfg: f"the shards in {cfg.cache_dir} are kept")
     def recipe_main(cfg):
         raise KeyboardInterrupt
 

@@ -18,7 +18,7 @@ from conftest import REPO
 from omegaconf import OmegaConf
 
 from entrodrop.errors import CacheMismatchError, ConfigError
-from entrodrop.eval.offline import decided_on_rank_zero, hf_lm, task_size
+from entrodrop.eval.checkpoint_scoring import decided_on_rank_zero, hf_lm, task_size
 from entrodrop.eval.records import already_scored
 
 CONFIG = "configs/tiny/qwen3_evaluate.yaml"

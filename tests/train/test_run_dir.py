@@ -19,7 +19,7 @@ from entrodrop.data.fingerprints import store_key
 from entrodrop.data.sample_store import sample_table, write_store
 from entrodrop.data.store_identity import store_identities, training_stores
 from entrodrop.errors import CheckpointError, ConfigError, EntroDropError, NoCheckpointError, OutputDirError
-from entrodrop.eval.offline import (
+from entrodrop.eval.checkpoint_scoring import (
     checkpoint_progress,
     checkpoints_to_score,
     scorable_checkpoints,
