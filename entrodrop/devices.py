@@ -105,9 +105,11 @@ def rng_state(device: torch.device) -> Dict[str, Optional[torch.Tensor]]:
             "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}
 
 
-def set_rng_state(state: Dict[str, Optional[torch.Tensor]], device: torch.device) -> None:
-    """Restore what ``rng_state`` saved. A CUDA state is restored on a CUDA device only: a run
-    saved on one kind of device and resumed on another cannot repeat its draws anyway."""
+def set_rng_state(state: Optional[Dict[str, Optional[torch.Tensor]]], device: torch.device) -> None:
+    """Restore what ``rng_state`` saved; None restores nothing. A CUDA state is restored on a CUDA
+    device only: a run saved on one kind of device and resumed on another cannot repeat its draws anyway."""
+    if state is None:
+        return
     if isinstance(state, torch.Tensor):  # a checkpoint from before the CUDA state was saved: the CPU's alone
         state = {"cpu": state, "cuda": None}
     torch.set_rng_state(state["cpu"])

@@ -46,7 +46,7 @@ from entrodrop.models.checkpointing import HFCheckpointer, latest_checkpoint
 from entrodrop.models.loss import model_output_for
 from entrodrop.train.activations import checkpoint_layers
 from entrodrop.train.cadence import crossed_multiple, evaluation_due
-from entrodrop.train.parallel import check_launched, shard
+from entrodrop.train.parallel import check_launched, every_node_sees, shard
 from entrodrop.train.run_dir import (
     LOADER_KEY,
     LR_SCHEDULER_KEY,
@@ -86,7 +86,7 @@ class EntroDropRecipeDistributed:
         self._seed = training.set_seed(cfg.seed)  # torch's own RNG gets seed + rank; masks use seed
         # The output folders: held, looked into, saved into, pruned (entrodrop.train.run_dir).
         self._run_dir = RunDir(cfg, schemas.may_change_on_resume(cfg), schemas.ADDED_KEYS, self._rank,
-                               self._world_size, barrier=dist.barrier)
+                               self._world_size, barrier=dist.barrier, shared=every_node_sees)
         self._grad_accum = cfg.gradient_accumulation_steps
         self._clip_grad_norm = cfg.clip_grad_norm
         self._log_every = cfg.log_every_n_steps
@@ -117,7 +117,7 @@ class EntroDropRecipeDistributed:
         if state:  # after the model is built: its initialization draws from the global generators
             self._loader.load_state_dict(state[LOADER_KEY])
             self._token_dropout.load_state_dict(state)  # e_bar, j0 of midpoint: auto, the loss signal
-            devices.set_rng_state(state[RNG_KEY][self._rank], self._device)
+            devices.set_rng_state(self._run_dir.saved_rng(state), self._device)
             utils.log_rank_zero(log, f"resumed from {resume_dir} at step {self._step}")
         self._setup_evaluation(cfg)
         self._metric_logger = naming_log_writes(config.instantiate(cfg.metric_logger)) if self._rank == 0 else None

@@ -107,7 +107,7 @@ class EntroDropRecipeSingleDevice:
         if state:  # after the model is built: its initialization draws from the global generators
             self._loader.load_state_dict(state[LOADER_KEY])
             self._token_dropout.load_state_dict(state)  # e_bar, j0 of midpoint: auto, the loss signal
-            devices.set_rng_state(state[RNG_KEY], self._device)
+            devices.set_rng_state(self._run_dir.saved_rng(state), self._device)
             log.info(f"resumed from {resume_dir} at step {self._step}")
         self._setup_evaluation(cfg)
         self._metric_logger = naming_log_writes(config.instantiate(cfg.metric_logger))

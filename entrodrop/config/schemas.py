@@ -169,6 +169,9 @@ MAY_CHANGE_ON_RESUME = (
     "output_dir", "checkpointer.output_dir", "resume", "overwrite", "device", "compile", "loss",
     "activation_checkpointing_share", "enable_activation_checkpointing", "tokenizer", "evaluation",
     "save_every_n_steps", "keep_last_n_checkpoints", "keep_pruned_weights", "log_every_n_steps", "metric_logger",
+    # How a process's rows are split into micro-batches: a run resumed on fewer GPUs may need more.
+    # The loss is a mean over the global batch's tokens either way (the same update, to rounding).
+    "gradient_accumulation_steps",
 )
 AUTO_KEYS = ("token_dropout.auto_patience", "token_dropout.auto_min_improvement")
 # Keys configs gained later -> what a checkpoint saved without them trained with (resume compares).

@@ -79,6 +79,68 @@ def redirected(argv: List[str]) -> List[str]:
     return argv
 
 
+def _option(argv: List[str], names: Tuple[str, ...]) -> Optional[str]:
+    """The value of torchrun's option ``names`` (``--x v`` or ``--x=v``) among ``argv``'s options
+    before the recipe's path; None when it is not given."""
+    for i, arg in enumerate(argv):
+        if arg.endswith(".py") and not arg.startswith("-"):
+            break
+        name, equals, value = arg.partition("=")
+        if name in names:
+            return value if equals else (argv[i + 1] if i + 1 < len(argv) else "")
+    return None
+
+
+def rendezvous_problem(argv: List[str]) -> Optional[str]:
+    """Why a `tune run` of several nodes cannot meet, in one line, or None. torchtune 0.6.1's `tune
+    run` starts torchrun ``--standalone`` whenever ``--rdzv_endpoint`` is missing: a rendezvous on
+    this node alone, where ``--master_addr`` and ``--master_port`` are not read. With ``--nnodes``
+    above 1 each node would then wait for the others until torchrun gives up (10 minutes) with a
+    traceback.
+
+    Example:
+        >>> rendezvous_problem(["tune", "run", "--nnodes", "2", "--nproc_per_node", "8", "r.py"]).split(":")[0]
+        'tune run --nnodes 2 needs --rdzv_endpoint'
+        >>> rendezvous_problem(["tune", "run", "--nnodes=2", "--rdzv_endpoint", "node1:29500", "r.py"]) is None
+        True
+    """
+    nnodes = _option(argv, ("--nnodes",))
+    if not nnodes or not nnodes.split(":")[-1].isdigit() or int(nnodes.split(":")[-1]) < 2:
+        return None
+    if _option(argv, ("--rdzv_endpoint", "--rdzv-endpoint")):
+        return None
+    master = _option(argv, ("--master_addr", "--master-addr"))
+    port = _option(argv, ("--master_port", "--master-port")) or "29500"
+    endpoint = f"{master}:{port}" if master else "<first node's host>:<port>"
+    return (f"tune run --nnodes {nnodes} needs --rdzv_endpoint: without it torchtune's tune run starts torchrun "
+            "--standalone, a rendezvous on this node alone (--master_addr and --master_port are not read), and each "
+            "node would wait for the others until it gave up. Start it on every node with the same --rdzv_backend c10d "
+            f"--rdzv_endpoint {endpoint} --rdzv_id <one id for the job> (docs/training.md, \"Several nodes\")")
+
+
+def rendezvous_failure(kind: type, error: BaseException, argv: List[str]) -> Optional[str]:
+    """The line for torchrun's launcher giving up on the rendezvous of the `tune run` ``argv``
+    (``RendezvousTimeoutError`` and the other rendezvous errors, by name: torch is not imported at
+    start-up): what it waited for and what to check. None for any other error.
+
+    Example:
+        >>> class RendezvousTimeoutError(Exception): pass
+        >>> said = rendezvous_failure(RendezvousTimeoutError, RendezvousTimeoutError(),
+        ...                           ["tune", "run", "--nnodes", "2", "--rdzv_endpoint", "n1:29500", "r.py"])
+        >>> said.startswith("the nodes did not meet: this node waited for 2 nodes at n1:29500 (--rdzv_id none)")
+        True
+    """
+    if not kind.__name__.startswith("Rendezvous") or not kind.__name__.endswith("Error"):
+        return None
+    said = " ".join(str(error).split())
+    return (f"the nodes did not meet: this node waited for {_option(argv, ('--nnodes',)) or 1} nodes at "
+            f"{_option(argv, ('--rdzv_endpoint', '--rdzv-endpoint'))} (--rdzv_id "
+            f"{_option(argv, ('--rdzv_id', '--rdzv-id')) or 'none'}) and gave up ({kind.__name__}"
+            f"{': ' + said if said else ''}; --rdzv_conf join_timeout=<seconds> sets the wait, 600 by default). Start "
+            "tune run on every node within that wait, with the same --nnodes, --rdzv_backend, --rdzv_endpoint and "
+            "--rdzv_id, the endpoint's port open to the other nodes (docs/training.md, \"Several nodes\")")
+
+
 def quiet_interrupt(hook: Callable, exit: Callable[[int], None] = os._exit) -> Callable:
     """``sys.excepthook`` ``hook`` with Ctrl-C left uncaught in `tune run` ended by ``exit(130)``:
     torchrun's ``SignalException`` for SIGINT silently (its workers have reported it), a
@@ -115,17 +177,18 @@ def write_error_file(message: str, environ: Mapping[str, str] = os.environ) -> N
                                    REPORTED: True}}, f)
 
 
-def exit_reported(message: str) -> NoReturn:
+def exit_reported(message: str, exit: Callable[[int], None] = sys.exit) -> NoReturn:
     """Print ``message``, a user's error, in one paragraph (``[rank N]`` before it on a rank other
     than 0, which waits ``RANK_ZERO_GRACE_S`` first), hand it to torchrun's launcher
-    (``write_error_file``) and exit with status 1."""
+    (``write_error_file``) and exit with status 1 (by ``exit``: ``os._exit`` where a ``SystemExit``
+    would be taken for a failed start-up, as in the start-up line)."""
     rank = int(os.environ.get("RANK", "0"))
     if rank:
         time.sleep(RANK_ZERO_GRACE_S)
     print(f"{f'[rank {rank}] ' if rank else ''}{message}\n(exit status 1; {DEBUG_ENV}=1 shows the traceback)",
           file=sys.stderr, flush=True)
     write_error_file(message)  # torchrun's launcher repeats it, last (``quiet_child_failure``)
-    sys.exit(1)
+    exit(1)
 
 
 def reported_failure(error: BaseException) -> Optional[Tuple[int, str, int]]:
@@ -149,6 +212,12 @@ def quiet_child_failure(hook: Callable, exit: Callable[[int], None] = os._exit) 
     ``ChildFailedError`` is known by name: torch is not imported at start-up."""
 
     def excepthook(kind, error, traceback) -> None:
+        met = rendezvous_failure(kind, error, sys.argv) if not debugging() else None
+        if met:
+            print(f"{met}\n(exit status 1; {DEBUG_ENV}=1 shows the traceback)", file=sys.stderr)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            return exit(1)
         found = reported_failure(error) if kind.__name__ == "ChildFailedError" and not debugging() else None
         if found is None:
             return hook(kind, error, traceback)
@@ -163,12 +232,17 @@ def quiet_child_failure(hook: Callable, exit: Callable[[int], None] = os._exit) 
 
 
 def started(argv: List[str]) -> None:
-    """What the start-up line does in a `tune run`: ``argv`` (``sys.argv``) rewritten in place as
-    ``redirected`` says, Ctrl-C ended quietly (``quiet_interrupt``) and a worker's error that a user
-    can fix shown last (``quiet_child_failure``). Any other process is left as it is."""
+    """What the start-up line does in a `tune run`: several nodes without a rendezvous endpoint
+    refused (``rendezvous_problem``), ``argv`` (``sys.argv``) rewritten in place as ``redirected``
+    says, Ctrl-C ended quietly (``quiet_interrupt``), and a worker's error that a user can fix, or a
+    rendezvous that gave up, shown last in one line (``quiet_child_failure``). Any other process is
+    left as it is."""
     if not is_tune_run(argv) or RUNNER in argv:
         # Done already: Python 3.11 runs a virtual environment's .pth files twice (`python -v` shows
         # site-packages processed twice), and the second call must change nothing.
         return
+    problem = rendezvous_problem(argv)
+    if problem:
+        exit_reported(problem, exit=os._exit)  # site.py reports a SystemExit from a start-up line as a fatal error
     argv[:] = redirected(argv)
     sys.excepthook = quiet_child_failure(quiet_interrupt(sys.excepthook))

@@ -8,13 +8,17 @@ distributed recipe to be started without torchrun (``check_launched``).
 """
 
 import os
-from typing import Dict
+import socket
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
+import torch.distributed as dist
 from torchtune import training
 from torchtune.modules import TransformerSelfAttentionLayer
 
-from entrodrop.errors import ConfigError
+from entrodrop.errors import ConfigError, OutputDirError
 
 
 def check_single_process(recipe: str) -> None:
@@ -69,3 +73,70 @@ def shard(model: torch.nn.Module, state_dict: Dict[str, torch.Tensor], device: t
             if hasattr(module, "rope_init"):
                 module.rope_init()
     training.load_from_full_model_state_dict(model, state_dict, device, strict=True)
+
+
+# The file rank 0 writes into each folder of the run for the other ranks to find (``every_node_sees``).
+SHARED_MARK = ".written-by-rank-0"
+
+
+def sharing_problems(seen: Sequence[Mapping[str, Any]], folders: Sequence[Tuple[str, Path]]) -> List[str]:
+    """One line for each folder some rank does not see as rank 0 does, and each store some rank
+    reads other data from than rank 0. ``seen``: each rank's ``{"rank", "host", "folders": {key:
+    whether it found rank 0's mark}, "stores": {key: {"identity": ...}}}``, by rank.
+
+    Example:
+        >>> seen = [{"rank": 0, "host": "a", "folders": {"output_dir": True}, "stores": {}},
+        ...         {"rank": 1, "host": "b", "folders": {"output_dir": False}, "stores": {}}]
+        >>> sharing_problems(seen, [("output_dir", Path("/scratch/run"))])[0].split(" what")[0]
+        'output_dir=/scratch/run is not one folder on every node: rank 1 (host b) does not see'
+    """
+    first, problems = seen[0], []
+    for key, folder in folders:
+        blind = [f"rank {s['rank']} (host {s['host']})" for s in seen if not s["folders"].get(key)]
+        if blind:
+            problems.append(f"{key}={folder} is not one folder on every node: {', '.join(blind)} does not see what "
+                            f"rank 0 (host {first['host']}) writes there. Rank 0 writes the checkpoints and every rank "
+                            "reads them to resume: give a folder on a file system every node mounts at that path")
+    for key, store in first["stores"].items():
+        other = [f"rank {s['rank']} (host {s['host']})" for s in seen[1:]
+                 if s["stores"][key]["identity"] != store["identity"]]
+        if other:
+            problems.append(f"{key} is other data on {', '.join(other)} than on rank 0 (host {first['host']}): every "
+                            "rank must read the same store; give one on a file system every node mounts, or the same "
+                            "copy on each")
+    return problems
+
+
+def every_node_sees(folders: Sequence[Tuple[str, Path]], stores: Mapping[str, Mapping[str, Any]]) -> None:
+    """Refuse a run whose nodes do not share its folders and stores: rank 0 marks each folder it
+    holds (``SHARED_MARK``), every rank looks for the mark and sends what it found with its stores'
+    identities (``all_gather_object``), and every rank raises the same error. The marks are removed.
+
+    Raises:
+        OutputDirError: a folder or a store that some node does not share (``sharing_problems``).
+    """
+    rank = dist.get_rank()
+    mark = f"{socket.gethostname()} {os.getpid()} {time.time_ns()}" if rank == 0 else None
+    marks = [mark]
+    dist.broadcast_object_list(marks, src=0)
+    if rank == 0:
+        for _, folder in folders:
+            (Path(folder) / SHARED_MARK).write_text(marks[0])
+    dist.barrier()
+    found = {key: _read(Path(folder) / SHARED_MARK) == marks[0] for key, folder in folders}
+    seen: List[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(seen, {"rank": rank, "host": socket.gethostname(), "folders": found,
+                                  "stores": {k: {"identity": v["identity"]} for k, v in stores.items()}})
+    if rank == 0:
+        for _, folder in folders:
+            (Path(folder) / SHARED_MARK).unlink(missing_ok=True)
+    problems = sharing_problems(seen, folders)
+    if problems:
+        raise OutputDirError("\n".join(problems))
+
+
+def _read(path: Path) -> Optional[str]:
+    try:
+        return path.read_text()
+    except OSError:
+        return None

@@ -193,38 +193,45 @@ def resume_run(cfg: DictConfig, config: Dict[str, Any], may_change: Sequence[str
     (``num_training_steps``). ``removed`` is what ``remove_killed_saves`` removed first, named
     with the rest of the directory when there is no checkpoint to resume. ``world_size``: the
     processes of the distributed recipe resuming it, None for the single-device recipe; the
-    checkpoint must have been written by the same (``check_written_by``). ``identities``: the
+    checkpoint may have been written by either recipe, with any number of processes
+    (``processes_changed`` says so in the log). ``identities``: the
     stores' (``entrodrop.data.training_stores``), as the run opened them; None reads them here."""
     output_dir, checkpoints, log_dir = _run_dirs(cfg)
     found = earlier_run(checkpoints, log_dir or "", Path(output_dir) / "eval") + list(removed)
     num_steps = num_training_steps(cfg.total_tokens, cfg.global_batch_size, cfg.data.seq_len)
     state, resume_dir = resume_state(checkpoints, config, num_steps, may_change, found, added,
                                      identities if identities is not None else store_identities(training_stores(cfg)))
-    check_written_by(state, resume_dir, world_size)
+    changed = processes_changed(state, resume_dir, world_size or 1)
+    if changed:
+        log.info(changed)
     return state, resume_dir
 
 
-# How each training recipe is run again on its checkpoint, for the message when the other one is.
-_SINGLE_DEVICE = "tune run recipes/entrodrop_single_device.py"
-_DISTRIBUTED = "tune run --nproc_per_node {n} recipes/entrodrop_distributed.py"
+def saved_processes(state: Dict[str, Any]) -> int:
+    """How many processes wrote the recipe state ``state``: the distributed recipe keeps one
+    generator state per process (a list), the single-device recipe one (a mapping; a tensor before
+    the CUDA state was saved)."""
+    return len(state[RNG_KEY]) if isinstance(state[RNG_KEY], list) else 1
 
 
-def check_written_by(state: Dict[str, Any], resume_dir: Path, world_size: Optional[int]) -> None:
-    """A ``ConfigError`` in one line unless the recipe state ``state`` was written by the recipe
-    resuming it: the distributed recipe (``world_size`` processes) saves one generator state per
-    process, a list; the single-device recipe one, a mapping (a tensor before the CUDA state was
-    saved). Their optimizer states differ too, so the other recipe's would fail deep in loading."""
-    saved = state["rng"]
-    if world_size is None and isinstance(saved, list):
-        raise ConfigError(f"{resume_dir} was written by recipes/entrodrop_distributed.py with {len(saved)} processes, "
-                          f"not the single-device recipe: resume it with `{_DISTRIBUTED.format(n=len(saved))} "
-                          f"--config <your config> resume=True`")
-    if world_size is not None and not isinstance(saved, list):
-        raise ConfigError(f"{resume_dir} was written by recipes/entrodrop_single_device.py, not the distributed recipe: "
-                          f"resume it with `{_SINGLE_DEVICE} --config <your config> resume=True`")
-    if world_size is not None and len(saved) != world_size:
-        raise ConfigError(f"{resume_dir} was saved by {len(saved)} processes; resume with as many "
-                          f"(`{_DISTRIBUTED.format(n=len(saved))} ...`)")
+def saved_rng(state: Dict[str, Any], rank: int = 0) -> Optional[Dict[str, Any]]:
+    """The generator state process ``rank`` resumes with: the one that rank saved; None for a rank
+    the saving run did not have (it keeps what its seed gave it, ``training.set_seed``)."""
+    saved = state[RNG_KEY]
+    if isinstance(saved, list):
+        return saved[rank] if rank < len(saved) else None
+    return saved if rank == 0 else None
+
+
+def processes_changed(state: Dict[str, Any], resume_dir: Path, processes: int) -> Optional[str]:
+    """A line for the log when a run resumes on another number of processes than saved it (another
+    recipe, or as many nodes again): what goes on as one run, and what starts anew."""
+    saved = saved_processes(state)
+    if saved == processes:
+        return None
+    return (f"{resume_dir} was saved by {saved} process{'es' if saved > 1 else ''}; resuming with {processes}: the data "
+            "and the drop masks go on as one run's (drawn per global row), the global generators (hidden dropout, "
+            "NEFTune's noise) of the processes the saving run did not have start from the seed")
 
 
 def resume_state(checkpoint_dir: str, config: Dict[str, Any], num_steps: int,
@@ -513,15 +520,18 @@ class RunDir:
     checkpoint's state once its config matches. ``should_save`` says when a step is saved,
     ``save`` writes one with its recipe state, ``prune`` keeps the newest and the best. In an
     N-process run (``world_size`` given) every rank looks, rank 0 alone changes the folders, and
-    ``barrier`` (``torch.distributed.barrier``) keeps the others from looking while it does.
+    ``barrier`` (``torch.distributed.barrier``) keeps the others from looking while it does, and
+    ``shared`` (``entrodrop.train.parallel.every_node_sees``) refuses folders and stores that are not
+    the same on every node, before any rank looks into them.
     """
 
     def __init__(self, cfg: DictConfig, may_change: Sequence[str], added: Dict[str, Any], rank: int = 0,
-                 world_size: Optional[int] = None, barrier: Callable[[], None] = _no_barrier):
+                 world_size: Optional[int] = None, barrier: Callable[[], None] = _no_barrier,
+                 shared: Optional[Callable[[List[Tuple[str, Path]], Dict[str, Any]], None]] = None):
         self._cfg = cfg
         self.config = plain(cfg)  # saved with each checkpoint; a resumed run must match it
         self._may_change, self._added = may_change, added
-        self._rank, self._world_size, self._barrier = rank, world_size, barrier
+        self._rank, self._world_size, self._barrier, self._shared = rank, world_size, barrier, shared
         self.output_dir = Path(cfg.output_dir)
         self.checkpoint_dir = Path(cfg.checkpointer.output_dir)
         self.eval_dir = self.output_dir / "eval"
@@ -539,6 +549,8 @@ class RunDir:
         compares with its checkpoint's."""
         # Kept to the end: one live run per output, checkpoint and log folder (rank 0 holds them for all).
         self._lock = hold_run_dirs(self._cfg, self._rank, distributed=self._world_size is not None)
+        if self._shared:
+            self._shared(run_folders(self._cfg), identities)
         if not self._cfg.resume:
             found = find_earlier_run(self._cfg)  # raises over an earlier run unless overwrite=True
             self._barrier()  # every rank has looked before rank 0 moves anything
@@ -569,6 +581,10 @@ class RunDir:
         run after the newest evaluation is recorded."""
         self._log(prune_to_newest_and_best(str(self.checkpoint_dir), str(self.eval_dir), self._keep_last_n,
                                            self._keep_weights))
+
+    def saved_rng(self, state: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+        """This process's generator state in the resumed ``state`` (``saved_rng``)."""
+        return saved_rng(state, self._rank)
 
     @staticmethod
     def how_to_go_on(cfg: DictConfig) -> str:
