@@ -22,7 +22,7 @@ ASSETS := assets/tiny/.built
 ASSET_SOURCES := scripts/make_tiny_assets.py entrodrop/__init__.py entrodrop/errors.py \
 	$(wildcard entrodrop/models/*.py entrodrop/models/qwen3/*.py entrodrop/storage/*.py)
 
-.PHONY: install assets test test-fast lint test-gpu gpu-venv gpu-check demo reproduce clean compare-install
+.PHONY: install assets test test-fast lint test-gpu gpu-venv gpu-check gpu-profile demo reproduce clean compare-install
 
 install: $(INSTALLED)
 
@@ -92,6 +92,13 @@ gpu-venv:
 gpu-check:
 	@$(MAKE) --no-print-directory gpu-venv GPU_TARGET=gpu-check
 	$(GPU_ENV) $(GPU_PY) scripts/gpu_check.py $(GPU_CHECK_ARGS)
+
+# Where training's time goes at Qwen3-0.6B (docs/performance.md): the real recipe, 30 steps of
+# 8 x 4,096 tokens, steps 10-29 traced by its profiler; scripts/gpu_window.py profile runs it capped.
+gpu-profile:
+	@$(MAKE) --no-print-directory gpu-venv GPU_TARGET=gpu-profile
+	$(GPU_ENV) $(GPU_PY) benchmarks/bench_gpu.py --models qwen3_0_6b --rows 8 --steps 30 --warmup 8 --profile 20 \
+	  --out outputs/gpu_profile
 
 # RESUME=1 continues a demo that was stopped; DEVICE=cpu runs the CPU version where a GPU is.
 demo: $(ASSETS)

@@ -4,6 +4,7 @@
     python benchmarks/bench_gpu.py --models qwen3_0_6b,llama3_1_8b    # Llama3.1-8B where memory allows
     python benchmarks/bench_gpu.py --quick      # Qwen3-0.6B alone, short runs: under 3 minutes (make gpu-check)
     python benchmarks/bench_gpu.py --device cpu --models tiny --steps 4 --warmup 2   # the CPU check (a test runs it)
+    python benchmarks/bench_gpu.py --models qwen3_0_6b --steps 30 --profile 20 --out $OUT   # where the time goes
 
 For each model it builds a random-weight checkpoint of the published shape with the project's
 own builders (``entrodrop.models.shapes``; nothing from the hub), and corpora from the Python
@@ -30,6 +31,11 @@ MFU counts 6N + 12·L·H·Q·T FLOPs per trained token and 2N + 4·L·H·Q·T pe
 attention heads of width Q, T the row length), against ``--peak-tflops`` (989: H100 SXM dense
 bf16). Peak memory is torch's ``max_memory_allocated`` as the recipe logs it. A stage that
 fails (out of memory, say) is a row that says so; the rest still runs.
+
+``--profile N`` traces N steps of the first static run, after its ``--warmup`` steps and one
+more, with the recipe's own ``profiler`` (torchtune's ``setup_torch_profiler``): the trace
+(https://ui.perfetto.dev) and the ops ranked by their own time land in ``<out>/profile/<model>/``,
+and the table's first rows are printed after the figures.
 """
 
 import argparse
@@ -151,6 +157,8 @@ def main() -> None:
         runs = training_runs(name, train_config, ckpt, stores, cache, out, args)
         for row in training_rows(name, runs, cache, train_flops, args):
             rows.append(row)
+        if args.profile:
+            print_profile(out / "profile" / name)
     print(f"\nwall time {time.perf_counter() - started:.0f} s; logs in {out}")
 
 
@@ -166,6 +174,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--target-tokens", type=int, default=2_000_000, help="about this many target tokens")
     parser.add_argument("--peak-tflops", type=float, default=989.0)
     parser.add_argument("--out", type=Path, default=Path("/tmp/entrodrop_bench_gpu"))
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="trace N steps of the first static run with torch.profiler (after --warmup + 1 steps)")
     parser.add_argument("--quick", action="store_true",
                         help=f"defaults for a check under 3 minutes: {' '.join(f'--{k} {v}' for k, v in QUICK.items())}"
                              f"; with --device cpu {' '.join(f'--{k} {v}' for k, v in QUICK_CPU.items())}")
@@ -174,6 +184,9 @@ def parse_args() -> argparse.Namespace:
         quick = QUICK if args.device == "cuda" else QUICK_CPU
         parser.set_defaults(**{k.replace("-", "_"): v for k, v in quick.items()})
         args = parser.parse_args()
+    if args.profile and args.steps < args.warmup + 1 + args.profile:
+        parser.error(f"--profile {args.profile} needs --steps of at least --warmup + 1 + {args.profile} "
+                     f"= {args.warmup + 1 + args.profile}")
     unknown = [m for m in args.models.split(",") if m not in MODELS]
     if unknown:
         parser.error(f"--models: unknown {unknown}; choose from {sorted(MODELS)}")
@@ -246,10 +259,31 @@ def training_runs(name: str, train_config: str, ckpt: Path, stores: dict, cache:
         # static and loss are neighbours in either order: the machine's drift hits both alike
         for schedule in (list(TRAIN_RUNS) if repeat % 2 == 0 else list(TRAIN_RUNS)[::-1]):
             run_dir = out / "runs" / f"{name}_{schedule}_{repeat}"
+            traced = profiled(out / "profile" / name, args) if schedule == "static" and repeat == 0 else []
             result = tune(out / f"{name}_{schedule}_{repeat}.log", "recipes/entrodrop_single_device.py", "--config",
-                          train_config, f"output_dir={run_dir}", *TRAIN_RUNS[schedule][1], *overrides)
+                          train_config, f"output_dir={run_dir}", *TRAIN_RUNS[schedule][1], *overrides, *traced)
             runs[schedule].append(read_run(run_dir)["steps"] if result.returncode == 0 else failure(result))
     return runs
+
+
+def profiled(profile_dir: Path, args: argparse.Namespace) -> list:
+    """The overrides that trace ``--profile`` steps of a run with its ``profiler`` (none without it)."""
+    if not args.profile:
+        return []
+    return ["profiler.enabled=True", f"profiler.output_dir={profile_dir}", f"profiler.wait_steps={args.warmup}",
+            "profiler.warmup_steps=1", f"profiler.active_steps={args.profile}", "profiler.num_cycles=1",
+            f"profiler.cuda={args.device == 'cuda'}"]
+
+
+def print_profile(profile_dir: Path, rows: int = 10) -> None:
+    """The first ``rows`` ops of the traced steps' table (``rank0_key_averages.txt``), and where the trace is."""
+    tables = sorted(profile_dir.glob("iteration_*/rank0_key_averages.txt"))
+    if not tables:
+        print(f"\nprofile: no trace in {profile_dir} (the run failed, or ended before its traced steps)")
+        return
+    lines = tables[-1].read_text().splitlines()
+    print(f"\nprofile of {tables[-1].parent} (ops by their own time; the trace beside it, for https://ui.perfetto.dev):")
+    print("\n".join(lines[: 3 + rows]))
 
 
 def training_rows(name: str, runs: dict, cache: Path, train_flops: float, args: argparse.Namespace) -> list:

@@ -112,6 +112,8 @@ class EntroDropRecipeSingleDevice:
         self._setup_evaluation(cfg)
         self._metric_logger = naming_log_writes(config.instantiate(cfg.metric_logger))
         self._metric_logger.log_config(cfg)
+        # torch.profiler over the steps the config names (a no-op one when it is not enabled).
+        self._profiler, _ = config.instantiate(cfg.profiler)
         return True
 
     def _setup_tasks(self, cfg: DictConfig) -> None:
@@ -239,6 +241,7 @@ class EntroDropRecipeSingleDevice:
 
     def train(self) -> None:
         self._model.train()
+        self._profiler.start()
         data, epoch = iter(self._loader), self._loader.root.target_epoch
         progress = tqdm(total=self._num_steps, initial=self._step, desc="train", unit="step", dynamic_ncols=True)
         while self._step < self._num_steps:
@@ -266,6 +269,8 @@ class EntroDropRecipeSingleDevice:
                 self._checkpointer.output_dir / f"step_{self._step}"))) if evaluate else None
             if self._run_dir.should_save(self._step, self._num_steps, epoch_ended, evaluate):
                 self.save_checkpoint(epoch, record)
+            self._profiler.step()
+        self._profiler.stop()
         progress.close()
         self._token_dropout.warn_if_not_fixed()  # the last line of a midpoint: auto run that is not EntroDrop
 

@@ -149,6 +149,8 @@ TRAINING = {
     "keep_pruned_weights": boolean(),
     "log_every_n_steps": integer(minimum=1),
     "metric_logger": Component(),
+    # torch.profiler over a few steps (torchtune.training.setup_torch_profiler; enabled: False, none).
+    "profiler": Component(),
 }
 
 # Keys a config may still carry from an earlier version -> what to write instead.
@@ -172,6 +174,7 @@ MAY_CHANGE_ON_RESUME = (
     # How a process's rows are split into micro-batches: a run resumed on fewer GPUs may need more.
     # The loss is a mean over the global batch's tokens either way (the same update, to rounding).
     "gradient_accumulation_steps",
+    "profiler",
 )
 AUTO_KEYS = ("token_dropout.auto_patience", "token_dropout.auto_min_improvement")
 # Keys configs gained later -> what a checkpoint saved without them trained with (resume compares).

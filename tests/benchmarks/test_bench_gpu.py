@@ -20,7 +20,7 @@ BENCH = [sys.executable, str(REPO / "benchmarks" / "bench_gpu.py")]
 
 
 def test_the_gpu_benchmark_runs_its_whole_pipeline_on_cpu(tiny_assets, tmp_path):
-    result = subprocess.run([*BENCH, "--device", "cpu", "--quick", "--out", str(tmp_path)],  # the tiny model
+    result = subprocess.run([*BENCH, "--device", "cpu", "--quick", "--profile", "2", "--out", str(tmp_path)],  # tiny
                             cwd=REPO, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = {line.split(" | ")[1]: line.split(" | ") for line in result.stdout.splitlines() if line.startswith("| tiny")}
@@ -38,6 +38,10 @@ def test_the_gpu_benchmark_runs_its_whole_pipeline_on_cpu(tiny_assets, tmp_path)
     assert (f"peak memory -, the store {num_target:,} target tokens x 2 bytes (fp16) = "
             f"{num_target * 2 / 2**20:.2f} MiB") in rows[costs[1]][5], rows[costs[1]]
     assert (tmp_path / "runs" / "tiny_loss_0" / "logs").is_dir()
+    # --profile: two steps of the static run traced by the recipe's own profiler, its top ops printed.
+    [table] = (tmp_path / "profile" / "tiny").glob("iteration_*/rank0_key_averages.txt")
+    assert list(table.parent.glob("*.pt.trace.json.gz")) and "ProfilerStep*" in table.read_text()
+    assert f"profile of {table.parent} (ops by their own time" in result.stdout
 
 
 def test_bad_arguments_are_refused(tiny_assets, tmp_path):
