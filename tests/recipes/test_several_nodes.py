@@ -122,6 +122,17 @@ def test_two_nodes_by_the_slurm_script_train_as_one_node_of_two_and_resume_on_on
                     assert float(resumed[step][key]) == pytest.approx(float(reference[step][key]), rel=1e-5)
 
 
+def test_two_nodes_precompute_the_cache_one_process_computes_bitwise(data, tmp_path):
+    target, reference = (dict(arg.split("=", 1) for arg in data)[key] for key in ("data.target_tokens",
+                                                                               "data.target_entropy"))
+    args = ["recipes/precompute_entropy.py", "--config", "configs/tiny/qwen3_precompute_entropy.yaml",
+            f"target_tokens={target}", f"cache_dir={tmp_path / 'two_nodes'}"]
+    (rc0, err0), (rc1, err1) = nodes(args, args)
+    assert rc0 == rc1 == 0, (err0[-3000:], err1[-3000:])
+    arrays = lambda root: {p.relative_to(root): p.read_bytes() for p in sorted(Path(root).rglob("*.npy"))}  # noqa: E731
+    assert arrays(tmp_path / "two_nodes") == arrays(reference) and arrays(reference)
+
+
 def test_an_output_dir_that_is_not_one_folder_on_every_node_is_refused_at_start(data, tmp_path):
     # Each "node" given its own folder for output_dir, as each node's local disk would be.
     (rc0, err0), (rc1, err1) = nodes(train_args(DISTRIBUTED, data, tmp_path / "node0", *STEPS),
