@@ -42,21 +42,20 @@ from entrodrop.eval.evaluator import Evaluator
 from entrodrop.eval.records import metric_fields, record_evaluation
 from entrodrop.eval.task_checks import allow_code, task_index
 from entrodrop.method.dropout import add_hidden_dropout
-from entrodrop.models.checkpointing import HFCheckpointer, latest_checkpoint
+from entrodrop.models.checkpointing import (
+    LOADER_KEY,
+    LR_SCHEDULER_KEY,
+    RNG_KEY,
+    STEP_KEY,
+    STORES_KEY,
+    HFCheckpointer,
+    latest_checkpoint,
+)
 from entrodrop.models.loss import model_output_for
 from entrodrop.train.activations import checkpoint_layers
 from entrodrop.train.cadence import crossed_multiple, evaluation_due
 from entrodrop.train.parallel import check_launched, every_node_sees, shard
-from entrodrop.train.run_dir import (
-    LOADER_KEY,
-    LR_SCHEDULER_KEY,
-    OPT_KEY,
-    RNG_KEY,
-    SEED_KEY,
-    STEP_KEY,
-    STORES_KEY,
-    RunDir,
-)
+from entrodrop.train.run_dir import RunDir
 from entrodrop.train.token_dropout import TokenDropoutState
 
 log = utils.get_logger("INFO")
@@ -173,7 +172,7 @@ class EntroDropRecipeDistributed:
         self._optimizer = config.instantiate(cfg.optimizer, self._model.parameters())
         self._lr_scheduler = config.instantiate(cfg.lr_scheduler, self._optimizer, num_training_steps=self._num_steps)
         if state:
-            training.load_from_full_optimizer_state_dict(self._model, self._optimizer, state[OPT_KEY], self._device)
+            training.load_from_full_optimizer_state_dict(self._model, self._optimizer, state[training.OPT_KEY], self._device)
             self._lr_scheduler.load_state_dict(state[LR_SCHEDULER_KEY])
 
     def _setup_evaluation(self, cfg: DictConfig) -> None:
@@ -252,7 +251,7 @@ class EntroDropRecipeDistributed:
         only checkpoints that exist), then prune (last: the best checkpoint it keeps is read from
         the summary that record may have changed, so a new best never leaves the old one behind)."""
         state = {
-            STEP_KEY: self._step, SEED_KEY: self._seed, OPT_KEY: optimizer_sd,
+            STEP_KEY: self._step, training.SEED_KEY: self._seed, training.OPT_KEY: optimizer_sd,
             LR_SCHEDULER_KEY: self._lr_scheduler.state_dict(), LOADER_KEY: self._loader.state_dict(), RNG_KEY: rng,
             STORES_KEY: self._stores.identities,  # what the stores are: a resume compares them
             **self._token_dropout.state_dict(),  # e_bar, val_losses, j0, loss_signal

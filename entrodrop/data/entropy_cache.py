@@ -51,8 +51,9 @@ def check_cache_model(checkpoint_dir: str, *caches: Optional[SampleStore]) -> No
                 f"checkpointer.checkpoint_dir={checkpoint_dir} (fingerprint {now}): point checkpoint_dir at the model "
                 "that computed it, or re-run recipes/precompute_entropy.py with this one into a new cache_dir "
                 "(recipes/verify_entropy_cache.py names everything that differs)")
+    vocab_size = model_vocab_size(checkpoint_dir) if caches else None
     for cache in caches:
-        cache.check_entropies(model_vocab_size(checkpoint_dir))
+        cache.check_entropies(vocab_size)
 
 
 def kept_shards(cache_dir: str) -> str:

@@ -6,10 +6,11 @@ each sample's length and token hash, so the hash tells the token ids apart). Two
 the same identity hold the same data; one path, from another working directory or after a new
 tokenize run, may hold another.
 
-At start-up (``check_training_stores``, before the stores are opened and hashed): each token
-store was made with the run's tokenizer, and the target, general and validation stores are three
-stores. The identities go into each checkpoint; a resume compares them (``store_changes``), so a
-store that moved resumes and another store under the same path is refused.
+At start-up (``check_training_stores``, on the identities of the stores as they were opened,
+``entrodrop.data.training_stores``): each token store was made with the run's tokenizer, and the
+target, general and validation stores are three stores. The identities go into each checkpoint;
+a resume compares them (``store_changes``), so a store that moved resumes and another store under
+the same path is refused.
 """
 
 import json
@@ -123,21 +124,17 @@ def same_store_problems(identities: Mapping[str, Mapping[str, Any]], stores: Map
     return problems
 
 
-def check_training_stores(stores: Mapping[str, Optional[str]], tokenizer_cfg: Mapping[str, Any]) -> Dict[str, Any]:
+def check_training_stores(identities: Dict[str, Any], stores: Mapping[str, Optional[str]],
+                          tokenizer_cfg: Mapping[str, Any]) -> Dict[str, Any]:
     """Refuse token stores of another tokenizer than the run's, and one store given for two of
-    the target, general and validation stores; returns ``store_identities`` for the checkpoints.
-    Manifests and tables only: a store missing or incomplete is named by its reader after.
+    the target, general and validation stores (``stores``: key -> path), by their ``identities``
+    (``opened_identities``, or ``store_identities`` of the paths); returns ``identities``, for the
+    checkpoints.
 
     Raises:
         CacheMismatchError: a token store of another tokenizer (each named with both fingerprints).
         ConfigError: two of the token stores are one store.
     """
-    return check_identities(store_identities(stores), stores, tokenizer_cfg)
-
-
-def check_identities(identities: Dict[str, Any], stores: Mapping[str, Optional[str]],
-                     tokenizer_cfg: Mapping[str, Any]) -> Dict[str, Any]:
-    """``check_training_stores`` on ``identities`` already taken (``opened_identities``)."""
     problems = same_store_problems(identities, stores)
     if problems:
         raise ConfigError("\n".join(problems))

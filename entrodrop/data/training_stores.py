@@ -2,7 +2,7 @@
 
 ``open_training_stores`` opens every store a training config names (``SampleStore``: its
 manifest, its files' sizes, its sample table) and checks what those say: three distinct token
-stores, made with the run's tokenizer (``check_identities``). Their identities go into each
+stores, made with the run's tokenizer (``check_training_stores``). Their identities go into each
 checkpoint and a resume compares them (``entrodrop.train.run_dir``). ``training_data`` then
 checks what the stores hold, on the same objects: the caches' model and values
 (``check_cache_model``), the entropy join and the target's token ids (``stream_loader``), the
@@ -21,7 +21,7 @@ from entrodrop.data.sample_store import SampleStore
 from entrodrop.data.store_identity import (
     ENTROPY_CACHES,
     TOKEN_STORES,
-    check_identities,
+    check_training_stores,
     opened_identities,
     training_stores,
 )
@@ -64,7 +64,7 @@ def open_training_stores(cfg) -> TrainingStores:
     paths = training_stores(cfg)
     stores = {key: SampleStore(path, "entropy" if key in ENTROPY_CACHES else "tokens") if path else None
               for key, path in paths.items()}
-    identities = check_identities(opened_identities(stores), paths, OmegaConf.to_container(cfg.tokenizer, resolve=True))
+    identities = check_training_stores(opened_identities(stores), paths, OmegaConf.to_container(cfg.tokenizer, resolve=True))
     return TrainingStores(stores, identities)
 
 

@@ -16,7 +16,13 @@ from entrodrop.data.sample_store import SampleStore
 from entrodrop.data.store_identity import check_evaluation_stores
 from entrodrop.errors import IncompleteCheckpointError, ScoringPathError
 from entrodrop.eval.records import already_scored, read_evaluations
-from entrodrop.models.checkpointing import PROGRESS_FNAME, RECIPE_STATE_FNAME, checkpoint_problem, latest_checkpoint
+from entrodrop.models.checkpointing import (
+    PROGRESS_FNAME,
+    RECIPE_STATE_FNAME,
+    STORES_KEY,
+    checkpoint_problem,
+    latest_checkpoint,
+)
 
 log = utils.get_logger("INFO")
 
@@ -158,7 +164,7 @@ def trained_stores(checkpoints: str) -> Tuple[Optional[Dict[str, Any]], Optional
         state = torch.load(newest / RECIPE_STATE_FNAME, weights_only=False, mmap=True)
     except Exception:  # noqa: BLE001  (a damaged state: no identities to compare)
         return None, None
-    stores = state.get("stores") if isinstance(state, dict) else None
+    stores = state.get(STORES_KEY) if isinstance(state, dict) else None
     return (stores, newest) if stores else (None, None)
 
 

@@ -28,6 +28,16 @@ StateDict = Dict[str, torch.Tensor]
 INDEX_FNAME = "model.safetensors.index.json"
 SINGLE_FNAME = "model.safetensors"
 RECIPE_STATE_FNAME = "recipe_state.pt"
+# The recipe state a checkpoint holds beside the weights (``RECIPE_STATE_FNAME``), by key:
+# torchtune.training's SEED_KEY ("seed") and OPT_KEY ("optimizer"), and these, which its recipes
+# name otherwise or not at all. EntroDrop's own state is added by ``TokenDropoutState.state_dict``.
+STEP_KEY = "step"
+LR_SCHEDULER_KEY = "lr_scheduler"
+LOADER_KEY = "loader"
+RNG_KEY = "rng"
+CONFIG_KEY = "config"
+STORES_KEY = "stores"
+
 # Where in training a checkpoint was saved ({"step": N, "target_epoch": x}): small, and kept when
 # pruning deletes the training state, so an offline evaluation can place every checkpoint.
 PROGRESS_FNAME = "progress.json"

@@ -27,7 +27,11 @@ from entrodrop.data.loader import num_training_steps
 from entrodrop.data.store_identity import store_changes, store_identities, training_stores
 from entrodrop.errors import CheckpointError, ConfigError, NoCheckpointError, OutputDirError
 from entrodrop.models.checkpointing import (
+    CONFIG_KEY,
     RECIPE_STATE_FNAME,
+    RNG_KEY,
+    STEP_KEY,
+    STORES_KEY,
     checkpoint_problem,
     latest_checkpoint,
 )
@@ -257,17 +261,17 @@ def resume_state(checkpoint_dir: str, config: Dict[str, Any], num_steps: int,
     state = _read_state(resume_dir)
     if isinstance(state, str):
         raise CheckpointError(_damaged_state(checkpoint_dir, resume_dir, state))
-    if "config" not in state:
+    if CONFIG_KEY not in state:
         raise ConfigError(f"{resume_dir} was written by an older version that kept no config: resume it with that one")
-    saved_stores = state.get("stores")
+    saved_stores = state.get(STORES_KEY)
     if saved_stores is not None and stores is not None:
-        problems = differences(state["config"], config, [*may_change, *saved_stores], added=added)
+        problems = differences(state[CONFIG_KEY], config, [*may_change, *saved_stores], added=added)
         problems += store_changes(saved_stores, stores, may_change)
     else:
-        problems = differences(state["config"], config, may_change, added=added)
-    if num_steps < state["step"]:
+        problems = differences(state[CONFIG_KEY], config, may_change, added=added)
+    if num_steps < state[STEP_KEY]:
         problems.append(f"total_tokens={config['total_tokens']} is {num_steps} steps, fewer than the "
-                        f"{state['step']} the checkpoint has trained")
+                        f"{state[STEP_KEY]} the checkpoint has trained")
     if problems:
         raise ConfigError(f"resume=True, but {resume_dir} was trained with another config:\n  " + "\n  ".join(problems)
                           + "\nResume with the checkpoint's values, or start a new run in another output_dir. "
@@ -493,17 +497,6 @@ def plain(cfg: DictConfig) -> Dict[str, Any]:
     return OmegaConf.to_container(cfg, resolve=True)
 
 
-# The recipe state a checkpoint holds beside the weights (``recipe_state.pt``), by key, as
-# torchtune.training names its own (SEED_KEY, EPOCHS_KEY...). EntroDrop's own state is added by
-# ``TokenDropoutState.state_dict``.
-STEP_KEY = "step"
-SEED_KEY = "seed"
-OPT_KEY = "optimizer"
-LR_SCHEDULER_KEY = "lr_scheduler"
-LOADER_KEY = "loader"
-RNG_KEY = "rng"
-CONFIG_KEY = "config"
-STORES_KEY = "stores"
 
 
 def _no_barrier() -> None:
@@ -586,10 +579,7 @@ class RunDir:
         """This process's generator state in the resumed ``state`` (``saved_rng``)."""
         return saved_rng(state, self._rank)
 
-    @staticmethod
-    def how_to_go_on(cfg: DictConfig) -> str:
-        """What a run stopped by Ctrl-C keeps and how to go on (``kept_checkpoint``), for ``cli.parse``."""
-        return kept_checkpoint(cfg)
+    how_to_go_on = staticmethod(kept_checkpoint)  # what Ctrl-C kept and how to go on, for ``cli.parse``
 
     def _log(self, lines: Sequence[str]) -> None:
         for line in lines:

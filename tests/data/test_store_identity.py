@@ -16,6 +16,11 @@ from entrodrop.data.store_identity import check_training_stores, store_identitie
 from entrodrop.errors import CacheMismatchError, ConfigError
 
 
+def checked(stores: dict, tokenizer: dict) -> dict:
+    """``check_training_stores`` of the stores at these paths."""
+    return check_training_stores(store_identities(stores), stores, tokenizer)
+
+
 def tokenizer_cfg(d: Path, **changes) -> dict:
     return {"_component_": "entrodrop.models.qwen3.qwen3_tokenizer", "path": str(d / "vocab.json"),
             "merges_file": str(d / "merges.txt"), "special_tokens_path": str(d / "tokenizer.json"),
@@ -52,7 +57,7 @@ def test_a_token_store_of_another_tokenizer_is_refused_naming_both_fingerprints(
     # The training config names the same tokenizer with another max_seq_len (lm-eval's): the same vocabulary.
     run_tokenizer = {**qwen, "max_seq_len": 4096}
     with pytest.raises(CacheMismatchError) as error:
-        check_training_stores(stores(target, general), run_tokenizer)
+        checked(stores(target, general), run_tokenizer)
     assert str(error.value) == (
         f"data.general_tokens={general} was tokenized with another tokenizer (vocabulary fingerprint "
         f"{fingerprint_vocabulary(other)}) than this run's tokenizer ({fingerprint_vocabulary(qwen)}): tokenize it again "
@@ -60,10 +65,10 @@ def test_a_token_store_of_another_tokenizer_is_refused_naming_both_fingerprints(
         "was made with")
     # A run of the other tokenizer over two stores of the first: both named.
     general = token_store(tmp_path / "general_qwen", qwen, first=50)
-    identities = check_training_stores(stores(target, general), run_tokenizer)
+    identities = checked(stores(target, general), run_tokenizer)
     assert identities["data.general_tokens"]["identity"]["key"]["vocabulary"] == fingerprint_vocabulary(qwen)
     with pytest.raises(CacheMismatchError) as error:
-        check_training_stores(stores(target, general), other)
+        checked(stores(target, general), other)
     assert [line.split("=")[0] for line in str(error.value).splitlines()] == ["data.target_tokens",
                                                                             "data.general_tokens"]
 
@@ -74,9 +79,9 @@ def test_a_store_whose_key_has_no_vocabulary_compares_the_whole_tokenizer_config
     manifest = json.loads((general / "manifest.json").read_text())
     del manifest["key"]["vocabulary"]  # as tokenize wrote every key before it recorded one
     (general / "manifest.json").write_text(json.dumps(manifest))
-    check_training_stores(stores(target, general), qwen)
+    checked(stores(target, general), qwen)
     with pytest.raises(CacheMismatchError) as error:
-        check_training_stores(stores(target, general), {**qwen, "max_seq_len": 4096})
+        checked(stores(target, general), {**qwen, "max_seq_len": 4096})
     assert str(error.value).startswith(
         f"data.general_tokens={general} was tokenized with another tokenizer (tokenizer fingerprint "
         f"{fingerprint_tokenizer(qwen)}) than this run's tokenizer ({fingerprint_tokenizer({**qwen, 'max_seq_len': 4096})})")
@@ -88,9 +93,9 @@ def test_one_store_given_for_two_of_target_general_and_validation_is_refused(tin
     qwen = tokenizer_cfg(tiny_assets / "qwen3")
     target, general = token_store(tmp_path / "target", qwen), token_store(tmp_path / "general", qwen, first=50)
     validation = token_store(tmp_path / "validation", qwen, first=90)
-    check_training_stores(stores(target, general, validation), qwen)
+    checked(stores(target, general, validation), qwen)
     with pytest.raises(ConfigError) as error:
-        check_training_stores(stores(target, tmp_path / "." / "target"), qwen)  # the same path, written otherwise
+        checked(stores(target, tmp_path / "." / "target"), qwen)  # the same path, written otherwise
     assert str(error.value) == (
         f"data.general_tokens and data.target_tokens are the same token store ({target}): the general replay, which "
         "token dropout never perturbs, would be the target data itself; set data.general_tokens to the general "
@@ -98,14 +103,14 @@ def test_one_store_given_for_two_of_target_general_and_validation_is_refused(tin
     copy = tmp_path / "copy_of_target"
     shutil.copytree(target, copy)
     with pytest.raises(ConfigError) as error:
-        check_training_stores(stores(target, general, copy), qwen)
+        checked(stores(target, general, copy), qwen)
     assert str(error.value) == (
         f"evaluation.validation.target_tokens and data.target_tokens are the same token store ({target} and {copy} "
         "hold the same samples): validation would score the data the run trains on; set "
         "evaluation.validation.target_tokens to the held-out store (a corpus's validation_store_dir in the tokenize "
         "config)")
     with pytest.raises(ConfigError, match="^evaluation.validation.target_tokens and data.general_tokens are the same"):
-        check_training_stores(stores(target, general, general), qwen)
+        checked(stores(target, general, general), qwen)
 
 
 def test_the_shipped_training_configs_name_the_vocabulary_of_their_tokenize_configs():
