@@ -52,7 +52,7 @@ class Derived:
 
 class _Dumper(yaml.SafeDumper):
     """Values as the hand-written configs write them: True and False (not YAML's true and false),
-    lists in flow style, small numbers as 1.0e-5 (not 1e-05, which YAML 1.1 reads as a string),
+    lists in flow style, small numbers as 1.0e-5 (not PyYAML's 1.0e-05, and 0.001 as 1.0e-3),
     a string with a comma in double quotes."""
 
 

@@ -10,6 +10,8 @@ and configs/demo_gpu/tokenize.yaml (local JSON-lines corpora where the paper's r
 """
 
 from entrodrop.config.derive import DELETE, Derived
+from entrodrop.models import tiny
+from entrodrop.models.families import FAMILIES
 
 QWEN3_SINGLE = "configs/qwen3/0.6B_entrodrop_single_device.yaml"
 QWEN3_DISTRIBUTED = "configs/qwen3/0.6B_entrodrop_distributed.yaml"
@@ -18,14 +20,10 @@ QWEN3_PRECOMPUTE = "configs/qwen3/0.6B_precompute_entropy.yaml"
 
 # ---------------------------------------------------------------------------- the tests' tiny models
 
-# scripts/make_tiny_assets.py's tiny Qwen3 (entrodrop/models/families.py); the recipes check it
-# against assets/tiny/qwen3/config.json.
-TINY_QWEN3 = {"_component_": "entrodrop.models.qwen3.qwen3", "vocab_size": 2112, "num_layers": 2, "num_heads": 4,
-              "num_kv_heads": 2, "embed_dim": 64, "intermediate_dim": 192, "max_seq_len": 2048, "head_dim": 32,
-              "norm_eps": 1.0e-6, "rope_base": 1000000.0, "tie_word_embeddings": True}
-TINY_LLAMA3_1 = {"_component_": "torchtune.models.llama3_1.llama3_1", "vocab_size": 2112, "num_layers": 2, "num_heads": 4,
-                 "num_kv_heads": 2, "embed_dim": 64, "intermediate_dim": 192, "max_seq_len": 131072, "norm_eps": 1.0e-5,
-                 "rope_base": 500000, "scale_factor": 8}
+# The tiny models scripts/make_tiny_assets.py writes (entrodrop.models.tiny: each family's tiny
+# shape over the tiny vocabulary); the recipes check them against assets/tiny/<family>/config.json.
+TINY_QWEN3 = {"_component_": FAMILIES["QWEN3"].builder, **tiny.TINY_QWEN3}
+TINY_LLAMA3_1 = {"_component_": FAMILIES["LLAMA3"].builder, **tiny.TINY_LLAMA3_1}
 TINY_TOKENIZER = {"tokenizer.path": "assets/tiny/qwen3/vocab.json", "tokenizer.merges_file": "assets/tiny/qwen3/merges.txt",
                   "tokenizer.special_tokens_path": "assets/tiny/qwen3/tokenizer.json"}
 ON_CPU = {"device": "cpu", "dtype": "fp32"}
@@ -224,13 +222,13 @@ Smoke run of the tiny Llama3.1 built by scripts/make_tiny_assets.py (`make asset
 # ---------------------------------------------------------------------------- make demo, on the CPU
 
 # The demo's base: the tiny Qwen3 twice as wide (0.67M parameters), pre-trained by configs/demo/pretrain.yaml.
-DEMO_QWEN3 = {**TINY_QWEN3, "embed_dim": 128, "intermediate_dim": 384}
+DEMO_BASE_QWEN3 = {**TINY_QWEN3, "embed_dim": 128, "intermediate_dim": 384}
 
 # The demo's EntroDrop run: the tiny run's settings on the demo's data, 320 steps of 8 x 256 tokens.
 DEMO_ENTRODROP = {
     **TINY_TRAINING,
     "output_dir": "outputs/demo/entrodrop",
-    "model": DEMO_QWEN3,
+    "model": DEMO_BASE_QWEN3,
     "checkpointer.checkpoint_dir": "outputs/demo/pretrain/checkpoints/step_600",
     "data.target_tokens": "outputs/demo/tokens/target",
     "data.target_entropy": "outputs/demo/entropy/target",
@@ -311,7 +309,7 @@ DEMO_PRETRAIN_COMMENTS = {
 DEMO_PRECOMPUTE = {
     **TINY_PRECOMPUTE,
     "cache_dir": "outputs/demo/entropy/target",
-    "model": DEMO_QWEN3,
+    "model": DEMO_BASE_QWEN3,
     "target_tokens": "outputs/demo/tokens/target",
     "checkpointer.checkpoint_dir": "outputs/demo/pretrain/checkpoints/step_600",
     "samples_per_shard": 256,
