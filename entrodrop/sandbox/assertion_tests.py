@@ -17,6 +17,7 @@ import ast
 import builtins
 import random
 import time
+import traceback
 
 from entrodrop.sandbox.candidates import Candidate, CandidateFailed, ProgramRaised, checked
 from entrodrop.sandbox.sandbox_child import encode, is_namedtuple
@@ -147,7 +148,7 @@ def under_test(setup: str, tests: str, call: str) -> tuple:
     return [name for name in functions if name in named], [name for name in classes if name in named]
 
 
-def run_asserts(candidate: Candidate, job: dict, limits: dict) -> None:
+def run_asserts(candidate: Candidate, job: dict) -> None:
     """The benchmark's tests, here, against remote calls; ``CandidateFailed`` unless every
     assertion held, the tests ran to their end and called the program."""
     names, classes = under_test(job["setup"], job["tests"], job.get("call", ""))
@@ -183,9 +184,5 @@ def run_asserts(candidate: Candidate, job: dict, limits: dict) -> None:
 
 
 def traceback_frames(error: BaseException) -> list:
-    frames, tb = [], error.__traceback__
-    while tb is not None:
-        frames.append((tb.tb_frame.f_code.co_filename, tb.tb_lineno))
-        tb = tb.tb_next
-    return frames
+    return [(frame.f_code.co_filename, line) for frame, line in traceback.walk_tb(error.__traceback__)]
 

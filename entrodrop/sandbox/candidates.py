@@ -270,8 +270,8 @@ class Candidate:
         except OverflowError:
             raise self.stop(f"a reply over {self.limits['reply_bytes']} bytes") from None
         # Every JSON array or object has a "[" or "{", every item after a container's first a ",",
-        # in a string too: a count never under the items, taken before parsing, which costs about 150
-        # bytes an array (a bare number less). All the replies of one problem count together: with a
+        # in a string too: a count never under the items, taken before parsing, which costs memory
+        # with each item (``Limits.reply_items``). All the replies of one problem count together: with a
         # cap a reply, a problem of many tests could return replies each under it that cost the
         # evaluation seconds and a GiB in all (docs/evaluation.md's sandbox table). A stdin
         # program's output is text, which costs its bytes only.

@@ -12,12 +12,9 @@ serving all of its calls; the next one starts while this one runs) and answers w
 - ``asserts`` jobs (HumanEval, MBPP): the benchmark's test code runs here, against remote calls
   to the program (``assertion_tests``); the expected values never leave this process.
 
-Its parts, one module a concern: ``pipes`` (reads and writes by deadlines), ``scratch`` (where
-the candidate may write), ``candidates`` (starting a candidate, its replies checked),
-``assertion_tests`` (the tests, here) and ``deadlines`` (its time limits, which the evaluation
-keeps too). The harness runs outside any sandbox, started as ``python -I -c code_runner.BOOT ROOT
-BASE``: it imports them from the ``entrodrop`` package under ``ROOT``. Only ``sandbox_child`` is
-shown to the candidate.
+The harness runs outside any sandbox, started as ``python -I -c code_runner.BOOT ROOT BASE``: it
+imports its parts (``entrodrop.sandbox``'s modules) from the package under ``ROOT``. Only
+``sandbox_child`` is shown to the candidate.
 """
 
 import ctypes
@@ -30,14 +27,9 @@ import time
 from entrodrop.sandbox.assertion_tests import run_asserts
 from entrodrop.sandbox.candidates import Candidate, CandidateFailed, SandboxUnavailable, checked
 from entrodrop.sandbox.deadlines import cpu_s, left_for_a_test, tests_s
-from entrodrop.sandbox.pipes import write_all
+from entrodrop.sandbox.pipes import OUTPUTS_LIMIT, TESTS_BEGIN, write_all
 from entrodrop.sandbox.sandbox_child import encode
 from entrodrop.sandbox.scratch import Scratch
-
-OUTPUTS_LIMIT = 64 << 20  # bytes of outputs one job sends back
-# The line a job's reply begins with once its program is loaded and its tests begin: the
-# evaluation gives the rest of the job its tests' deadline from there (``code_runner.Harness.run``).
-TESTS_BEGIN = b"tests begin"
 
 
 def run_job(candidate: Candidate, job: dict, limits: dict, begin=lambda: None) -> dict:
@@ -57,7 +49,7 @@ def run_job(candidate: Candidate, job: dict, limits: dict, begin=lambda: None) -
         begin()
         what = f"{limits['timeout_s']:.1f} s"
         if job["kind"] == "asserts":
-            run_asserts(candidate, job, limits)
+            run_asserts(candidate, job)
             result["held"] = True
             return result
         for test in job["inputs"]:

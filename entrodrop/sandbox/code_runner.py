@@ -44,9 +44,8 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from entrodrop.errors import SandboxError
-from entrodrop.sandbox.code_harness import OUTPUTS_LIMIT, TESTS_BEGIN
 from entrodrop.sandbox.deadlines import MARGIN_S, tests_s, until_tests_s
-from entrodrop.sandbox.pipes import LineReader, write_all
+from entrodrop.sandbox.pipes import OUTPUTS_LIMIT, TESTS_BEGIN, LineReader, write_all
 from entrodrop.sandbox.sandbox_child import decode
 from entrodrop.sandbox.scratch import remove_tree
 

@@ -5,7 +5,7 @@ figures from the job and its ``Limits`` (a dict in the harness), so each formula
 
 A job's time, in order: the candidate's start and the program's load, ``startup_s`` each; then its
 tests, ``timeout_s`` a test (``tests_s``), counted from the line the harness sends when they
-begin (``code_harness.TESTS_BEGIN``). The evaluation allows each of the two ``MARGIN_S`` more.
+begin (``pipes.TESTS_BEGIN``). The evaluation allows each of the two ``MARGIN_S`` more.
 """
 
 # What a harness may take past its tests' deadline (closing the candidate, sending the result)

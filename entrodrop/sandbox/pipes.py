@@ -7,6 +7,11 @@ import os
 import select
 import time
 
+OUTPUTS_LIMIT = 64 << 20  # bytes of outputs one job sends back
+# The line a job's reply begins with once its program is loaded and its tests begin: the
+# evaluation gives the rest of the job its tests' deadline from there (``code_runner.Harness.run``).
+TESTS_BEGIN = b"tests begin"
+
 
 class LineReader:
     """Lines from a pipe, each at most ``limit`` bytes, each by a deadline."""

