@@ -24,26 +24,36 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Dict, List, NamedTuple, Optional
 
 REPO = Path(__file__).resolve().parent.parent
 CARRY_LIMIT_BYTES = 64 * 2**20
 MAX_FILE_BYTES = 32 * 2**20  # a 20-step trace at 0.6B, gzipped
 GRACE_S = 30
 
-# name: (the command, its environment, what to carry, what to bring back, the same command at tiny
-# size on this CPU, or None where tests check its plan instead: tests/experiments/test_reproduce.py
-# and test_demo.py, the device each stage gets and the files it writes).
+
+class Command(NamedTuple):
+    argv: List[str]
+    env: Dict[str, str]
+    carry: List[str]  # what the device call carries (--carry sums it)
+    results: List[str]  # what comes back into $OUT/<name>/, as globs from the repository root
+    # The same command at tiny size on this CPU; None where tests check its plan instead
+    # (tests/experiments/test_reproduce.py and test_demo.py: each stage's device, the files it writes).
+    tiny: Optional[List[str]]
+
+
 COMMANDS = {
-    "reproduce": (["make", "reproduce"], {"SEEDS": "10"},
-                  [".whl", "assets", "outputs/demo/corpora", "outputs/demo/.stages/01.done"],
-                  ["outputs/reproduce/*.md", "outputs/reproduce/*.png", "outputs/reproduce/*.json",
-                   "outputs/demo/pretrain/logs/*.txt"], None),
-    "demo": (["make", "demo"], {}, [".whl", "assets"],
-             ["outputs/demo_gpu/report/*", "outputs/demo_gpu/*/logs/*.txt", "outputs/demo_gpu/*/eval/*.json*"], None),
-    "profile": (["make", "gpu-profile"], {}, [".whl", "assets"],
-                ["outputs/gpu_profile/*.log", "outputs/gpu_profile/profile/*/*/*"],
-                [sys.executable, "benchmarks/bench_gpu.py", "--device", "cpu", "--quick", "--profile", "2",
-                 "--out", "outputs/gpu_profile"]),
+    "reproduce": Command(["make", "reproduce"], {"SEEDS": "10"},
+                         [".whl", "assets", "outputs/demo/corpora", "outputs/demo/.stages/01.done"],
+                         ["outputs/reproduce/*.md", "outputs/reproduce/*.png", "outputs/reproduce/*.json",
+                          "outputs/demo/pretrain/logs/*.txt"], None),
+    "demo": Command(["make", "demo"], {}, [".whl", "assets"],
+                    ["outputs/demo_gpu/report/*", "outputs/demo_gpu/*/logs/*.txt", "outputs/demo_gpu/*/eval/*.json*"],
+                    None),
+    "profile": Command(["make", "gpu-profile"], {}, [".whl", "assets"],
+                       ["outputs/gpu_profile/*.log", "outputs/gpu_profile/profile/*/*/*"],
+                       [sys.executable, "benchmarks/bench_gpu.py", "--device", "cpu", "--quick", "--profile", "2",
+                        "--out", "outputs/gpu_profile"]),
 }
 
 
@@ -67,10 +77,10 @@ def run_capped(argv, env: dict, cap_s: float, log: Path) -> str:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGINT)
             try:
-                return f"cut at the {cap_s:.0f} s cap (Ctrl-C), exit status {process.wait(timeout=GRACE_S)}"
+                return f"cut at the {cap_s:g} s cap (Ctrl-C), exit status {process.wait(timeout=GRACE_S)}"
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
-                return f"cut at the {cap_s:.0f} s cap, killed {GRACE_S} s after its Ctrl-C, exit status {process.wait()}"
+                return f"cut at the {cap_s:g} s cap, killed {GRACE_S} s after its Ctrl-C, exit status {process.wait()}"
 
 
 def bring_back(patterns, to: Path) -> int:

@@ -25,7 +25,6 @@ def test_the_carry_is_summed_and_a_missing_or_too_large_one_fails(tmp_path):
                             capture_output=True, text=True)
     assert result.stdout.splitlines()[-1].startswith("carry: ['.whl', 'assets'], ")
     assert result.returncode == (0 if (REPO / ".whl").is_dir() else 1)  # the wheels come from fetch_gpu_wheels.sh
-    assert all(command[2] for command in gpu_window.COMMANDS.values())
 
 
 def test_a_command_past_its_cap_is_stopped_and_what_it_wrote_comes_back(tmp_path, monkeypatch):
@@ -35,7 +34,7 @@ def test_a_command_past_its_cap_is_stopped_and_what_it_wrote_comes_back(tmp_path
     (tmp_path / "outputs" / "run" / "big.md").write_bytes(b"z" * (gpu_window.MAX_FILE_BYTES + 1))
     log = tmp_path / "out.log"
     ended = gpu_window.run_capped([sys.executable, "-c", "import time; time.sleep(600)"], {}, 0.5, log)
-    assert ended.startswith("cut at the 0 s cap") and log.exists()
+    assert ended.startswith("cut at the 0.5 s cap") and log.exists()
     assert gpu_window.run_capped([sys.executable, "-c", "print('done')"], {}, 60, log) == "exit status 0"
     assert log.read_text() == "done\n"
     assert gpu_window.bring_back(["outputs/run/*.md"], tmp_path / "OUT") == 1
