@@ -34,8 +34,9 @@ fails (out of memory, say) is a row that says so; the rest still runs.
 
 ``--profile N`` traces N steps of the first static run, after its ``--warmup`` steps and one
 more, with the recipe's own ``profiler`` (torchtune's ``setup_torch_profiler``): the trace
-(https://ui.perfetto.dev) and the ops ranked by their own time land in ``<out>/profile/<model>/``,
-and the table's first rows are printed after the figures.
+(https://ui.perfetto.dev) and the ops ranked by their own CUDA time (torchtune's trace handler;
+unranked on a CPU) land in ``<out>/profile/<model>/``, and the table's first rows are printed
+after the figures.
 """
 
 import argparse
@@ -282,7 +283,8 @@ def print_profile(profile_dir: Path, rows: int = 10) -> None:
         print(f"\nprofile: no trace in {profile_dir} (the run failed, or ended before its traced steps)")
         return
     lines = tables[-1].read_text().splitlines()
-    print(f"\nprofile of {tables[-1].parent} (ops by their own time; the trace beside it, for https://ui.perfetto.dev):")
+    print(f"\nprofile of {tables[-1].parent} (ops by their own CUDA time, as torchtune ranks them: on a CPU, in the "
+          "order they ran; the trace beside it, for https://ui.perfetto.dev):")
     print("\n".join(lines[: 3 + rows]))
 
 
